@@ -1,0 +1,133 @@
+"""The paper's simplified linear Mamba (Alg. 1), with layers (Thm 4.6) and heads (Thm 4.7).
+
+Glossary (paper → code): D → ``d_model``, N → ``d_state``, D_in = expand·D,
+P_in → ``in_proj``, Conv1D → ``conv`` (width ``d_conv``; 1 is the "no conv"
+ablation), S_B → ``s_b``, S_C → ``s_c``, P_out → ``out_proj``, M → ``n_heads``.
+No gate, no discretization (Δ = 1, A = I), no norms, biases or non-linearities.
+
+One layer, shapes for a batch (B, L)::
+
+    u            (B, L, D)        input (the embedded tokens E x for the first layer)
+    x̂ = Conv1D(P_in u)  (B, L, D_in)
+    B_t = S_B x̂_t       (B, L, M_B·N)   M_B = M if B is per head, else 1
+    C_t = S_C x̂_t       (B, L, M_C·N)   M_C = M if C is per head, else 1
+    v_t                  (B, L, M_x·P)   P = D_in / M; x̂ itself if x is per head,
+                                         S_V x̂ (one shared P-vector) if x is shared
+    h_t = h_{t-1} + v_t B_tᵀ   per head  (P × N)
+    ŷ_t = h_t C_t              (B, L, D_in)
+    y = P_out ŷ                (B, L, D)
+
+Head patterns (which of B, C, x are shared across the M heads):
+MHA none, MQA B and x, MKA C and x, MVA B and C (Mamba-2's default; equals one head).
+With Λ > 1 layers each block adds its input back (the residual of Thm 4.6).
+The state holds one P × N matrix per distinct (B, x) pair: D_in·N per layer,
+except MQA, where all heads share one state, D_in·N / M.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from recallbench.adapter import Adapter
+from recallbench.fields import check_range, fail, from_mapping
+from recallbench.registry import ADAPTERS
+
+from .linear_ops import causal_linear_attention
+
+# pattern → (B per head, C per head, x per head)
+PATTERNS = {"mha": (True, True, True), "mqa": (False, True, False),
+            "mka": (True, False, False), "mva": (False, False, True)}
+
+
+class CausalDepthwiseConv(nn.Module):
+    """Causal depthwise Conv1D, no bias: (B, L, C) -> (B, L, C)."""
+
+    def __init__(self, channels: int, width: int):
+        super().__init__()
+        self.width = width
+        self.conv = nn.Conv1d(channels, channels, width, groups=channels, bias=False,
+                              padding=width - 1)
+
+    def forward(self, x):
+        L = x.shape[1]
+        return self.conv(x.transpose(1, 2))[..., :L].transpose(1, 2)
+
+
+class LinearMambaLayer(nn.Module):
+    def __init__(self, d_model: int, d_state: int, d_conv: int = 2, expand: int = 2,
+                 n_heads: int = 1, head_pattern: str = "mva", residual: bool = False,
+                 chunk_size: int = 256):
+        super().__init__()
+        d_inner = expand * d_model
+        if d_inner % n_heads:
+            raise ValueError(f"expand·d_model = {d_inner} is not divisible by n_heads = {n_heads}")
+        self.M, self.N, self.P = n_heads, d_state, d_inner // n_heads
+        self.b_per_head, self.c_per_head, self.x_per_head = PATTERNS[head_pattern]
+        self.residual, self.chunk_size = residual, chunk_size
+        self.in_proj = nn.Linear(d_model, d_inner, bias=False)
+        self.conv = CausalDepthwiseConv(d_inner, d_conv)
+        self.s_b = nn.Linear(d_inner, (n_heads if self.b_per_head else 1) * d_state, bias=False)
+        self.s_c = nn.Linear(d_inner, (n_heads if self.c_per_head else 1) * d_state, bias=False)
+        self.s_v = None if self.x_per_head else nn.Linear(d_inner, self.P, bias=False)
+        self.out_proj = nn.Linear(d_inner, d_model, bias=False)
+
+    def _heads(self, t: torch.Tensor, per_head: bool, width: int) -> torch.Tensor:
+        """(B, L, m·width) -> (B, M, L, width), broadcasting a shared one over heads."""
+        B, L, _ = t.shape
+        t = t.view(B, L, -1, width).transpose(1, 2)
+        return t if per_head else t.expand(B, self.M, L, width)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, L, D)
+        xh = self.conv(self.in_proj(u))  # x̂ (B, L, D_in)
+        k = self._heads(self.s_b(xh), self.b_per_head, self.N)  # B_t
+        q = self._heads(self.s_c(xh), self.c_per_head, self.N)  # C_t
+        v = self._heads(xh if self.s_v is None else self.s_v(xh), self.x_per_head, self.P)
+        y = causal_linear_attention(q, k, v, self.chunk_size)  # (B, M, L, P)
+        y = self.out_proj(y.transpose(1, 2).reshape(u.shape[0], u.shape[1], -1))
+        return u + y if self.residual else y
+
+
+
+
+@dataclasses.dataclass
+class Options:
+    """``model.options`` of linear-mamba."""
+
+    residual: bool | None = None  # default: on when n_layers > 1 (Thm 4.6)
+    chunk_size: int = 256  # sequences longer than this use the chunked form
+
+
+@ADAPTERS.register("linear-mamba")
+class LinearMamba(Adapter):
+    description = "the paper's simplified linear Mamba (Alg. 1): no gate, A = I, parallel form"
+    library_class = "recallbench LinearMambaLayer"
+    state_formula = "Λ · expand · D · N  (MQA: Λ · expand · D · N / M)"
+    head_patterns = ("mva", "mha", "mqa", "mka")
+
+    def validate(self) -> None:
+        super().validate()
+        cfg = self.cfg
+        if (cfg.expand * cfg.d_model) % cfg.n_heads:
+            fail("model.n_heads", cfg.n_heads,
+                 f"must divide expand·d_model = {cfg.expand * cfg.d_model}")
+        self.options = from_mapping(Options, cfg.options, "model.options")
+        check_range("model.options.chunk_size", self.options.chunk_size, 1)
+
+    def build_blocks(self, device):
+        cfg = self.cfg
+        residual = self.options.residual
+        if residual is None:
+            residual = cfg.n_layers > 1
+        return nn.ModuleList(
+            LinearMambaLayer(cfg.d_model, cfg.d_state, cfg.d_conv, cfg.expand, cfg.n_heads,
+                             self.head_pattern, residual, self.options.chunk_size)
+            for _ in range(cfg.n_layers)).to(device)
+
+    def state_size(self) -> int:
+        cfg = self.cfg
+        per_layer = cfg.expand * cfg.d_model * cfg.d_state
+        if cfg.n_heads > 1 and self.head_pattern == "mqa":
+            per_layer //= cfg.n_heads
+        return cfg.n_layers * per_layer

@@ -1,0 +1,56 @@
+"""Causal linear attention without decay: the op behind the simplified linear Mamba.
+
+    y_t = Σ_{τ ≤ t} ⟨k_τ, q_t⟩ v_τ                      (per head)
+
+which is the recurrence h_t = h_{t-1} + v_t k_tᵀ, y_t = h_t q_t of the paper's
+Alg. 1 with A = I (k = B, q = C, v = x̂).  Three forms, one result:
+
+- :func:`causal_linear_attention` — the fast path: a causal masked matmul for
+  short sequences, chunked (intra-chunk masked matmul + inter-chunk prefix
+  sums of the states) for long ones.  No Python loop over time.
+- :func:`causal_linear_attention_recurrent` — the explicit slow reference, one
+  state update per step, for tests and benchmarks.
+
+Shapes: q, k (B, M, L, N); v (B, M, L, P); result (B, M, L, P).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def causal_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            chunk_size: int = 256) -> torch.Tensor:
+    L = q.shape[-2]
+    if L <= chunk_size:
+        scores = q @ k.transpose(-1, -2)  # (B, M, L, L): ⟨k_τ, q_t⟩
+        mask = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
+        return scores.masked_fill(~mask, 0.0) @ v
+    return _chunked(q, k, v, chunk_size)
+
+
+def _chunked(q, k, v, c):
+    B, M, L, N = q.shape
+    P = v.shape[-1]
+    pad = (-L) % c
+    if pad:
+        q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
+    n = (L + pad) // c
+    qc, kc, vc = (t.reshape(B, M, n, c, t.shape[-1]) for t in (q, k, v))
+    mask = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+    intra = (qc @ kc.transpose(-1, -2)).masked_fill(~mask, 0.0) @ vc  # (B, M, n, c, P)
+    chunk_state = kc.transpose(-1, -2) @ vc  # (B, M, n, N, P): Σ_τ k_τ v_τᵀ within a chunk
+    before = chunk_state.cumsum(dim=2) - chunk_state  # state entering each chunk
+    inter = qc @ before  # (B, M, n, c, P)
+    out = (intra + inter).reshape(B, M, n * c, P)
+    return out[:, :, :L]
+
+
+def causal_linear_attention_recurrent(q, k, v):
+    """Step-by-step reference: h_t = h_{t-1} + k_t v_tᵀ (N × P per head), y_t = h_tᵀ q_t."""
+    B, M, L, N = q.shape
+    h = q.new_zeros(B, M, N, v.shape[-1])
+    out = []
+    for t in range(L):
+        h = h + k[:, :, t, :, None] * v[:, :, t, None, :]
+        out.append((q[:, :, t, :, None] * h).sum(dim=-2))
+    return torch.stack(out, dim=2)

@@ -1,0 +1,42 @@
+"""The recall model: embedding → Λ adapter blocks → tied read-out.
+
+Shapes (B batch, L length, D = d_model, V = vocab_size)::
+
+    tokens  (B, L) long
+    h = E[tokens]            (B, L, D)     E: nn.Embedding(V, D), the paper's E
+    h = block_l(h), l < Λ    (B, L, D)
+    h = final_norm(h)        (B, L, D)
+    logits = h Eᵀ            (B, L, V)     tied output: the paper reads out through Eᵀ
+
+This is plain PyTorch so that benchmarks, ensembles and the pytest plugin can
+use it without Lightning; :mod:`recallbench.module` wraps it for training.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .adapter import Adapter
+
+
+class RecallModel(nn.Module):
+    def __init__(self, adapter: Adapter, vocab_size: int, device: torch.device | str = "cpu",
+                 generator: torch.Generator | None = None):
+        super().__init__()
+        cfg = adapter.cfg
+        self.embedding = nn.Embedding(vocab_size, cfg.d_model)
+        if generator is not None:
+            with torch.no_grad():
+                self.embedding.weight.normal_(generator=generator)
+        adapter.init_embedding(self.embedding, generator or torch.Generator().manual_seed(0))
+        self.blocks = adapter.build_blocks(torch.device(device))
+        self.norm = adapter.final_norm()
+        if not adapter.trainable:
+            self.requires_grad_(False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B, L) long -> logits (B, L, V)."""
+        h = self.embedding(tokens)
+        for block in self.blocks:
+            h = block(h)
+        return self.norm(h) @ self.embedding.weight.t()

@@ -1,0 +1,64 @@
+"""Multi-query associative recall (MQAR), Zoology's generator, vectorized.
+
+Example (``vocab_size=12, num_facts=2, seq_len=16, random_non_queries=False``)::
+
+                 k1   v1   k2   v2   query region (L - 2·N_f tokens, queries at even slots)
+    inputs:      2    8    4    7    0    0    4    0    0    0    0    0    2    0    0    0
+    targets:  -100 -100 -100 -100 -100 -100    7 -100 -100 -100 -100 -100    8 -100 -100 -100
+
+Keys are distinct tokens from ``1 .. V/2-1``, values distinct tokens from
+``V/2 .. V-1``.  Every key is queried exactly once, at slot ``2N_f + 2·gap`` where
+the gaps are drawn without replacement from ``range((L - 2N_f) // 2)`` with
+Zoology's power law ``p(gap) ∝ a·(gap+1)^(a-1)`` (``power_a = 1``: uniform, the
+paper's setting).  With ``random_non_queries`` every other position holds a
+random token of the whole vocabulary.  The label sits at the query key's own
+position: the model must emit the value as it reads the key.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from recallbench.fields import check_range, fail
+from recallbench.registry import TASKS
+from recallbench.task import IGNORE, Task, distinct, fillers, query_slots
+
+
+@TASKS.register("mqar")
+@dataclasses.dataclass
+class MQAR(Task):
+    """Zoology's MQAR: N_f key-value pairs, then each key queried once."""
+
+    description = "multi-query associative recall (Zoology), every key queried once"
+
+    vocab_size: int = 128
+    seq_len: int = 64
+    num_facts: int = 16
+    power_a: float = 1.0
+    random_non_queries: bool = True
+
+    def validate(self) -> None:
+        super().validate()
+        check_range("task.seq_len", self.seq_len, 4 * self.num_facts,
+                    why=f"(MQAR needs L >= 4·num_facts = {4 * self.num_facts})")
+        if not self.power_a > 0:
+            fail("task.power_a", self.power_a, "must be > 0 (1.0 is uniform placement)")
+
+    @property
+    def num_queries(self) -> int:
+        return self.num_facts
+
+    def sample(self, batch_size, generator=None, device=None):
+        B, Nf, L, V = batch_size, self.num_facts, self.seq_len, self.vocab_size
+        keys = distinct(B, Nf, self.num_keys, generator, device) + 1
+        values = distinct(B, Nf, self.num_values, generator, device) + V // 2
+        gaps = query_slots(B, Nf, (L - 2 * Nf) // 2, self.power_a, generator, device)
+        inputs = fillers(B, L, V, self.random_non_queries, generator, device)
+        inputs[:, 0:2 * Nf:2] = keys
+        inputs[:, 1:2 * Nf:2] = values
+        qpos = 2 * Nf + 2 * gaps
+        inputs.scatter_(1, qpos, keys)
+        targets = torch.full((B, L), IGNORE, dtype=torch.long, device=device)
+        targets.scatter_(1, qpos, values)
+        return inputs, targets
