@@ -50,7 +50,7 @@ class ModelConfig:
 class TrainConfig:
     max_steps: int = 2000
     batch_size: int = 64
-    lr: float = 3e-3
+    lr: float = 1e-2  # the paper's code
     weight_decay: float = 0.0
     seed: int = 0
     early_stop: float | None = 0.999  # stop once validation accuracy exceeds this; null: never

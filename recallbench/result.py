@@ -1,0 +1,78 @@
+"""Result records: what one run measured, as plain JSON.
+
+Schema ``recallbench.result/1`` (every key always present)::
+
+    schema, status ("ok" | "failed"), error (null or a one-line reason),
+    accuracy, accuracy_topk, top_k, correct, correct_topk, total,
+    val_accuracy (best validation accuracy), best_step, converged,
+    state_size (scalars per sequence; null when it grows with L), state_note,
+    state_bits (bits per state scalar, from the dtype), info_bits (what the
+    queries ask for: N_f · log2 V_v), params, steps, train_s, wall_s, threads,
+    seed, config (resolved), config_hash, versions, device
+
+Nothing in a record is executable; records are read back with ``json``.
+"""
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+from typing import Any
+
+import torch
+
+SCHEMA = "recallbench.result/1"
+DTYPE_BITS = {torch.float32: 32, torch.float16: 16, torch.bfloat16: 16, torch.float64: 64}
+
+
+def versions(extra: tuple[str, ...] = ("mamba-ssm", "flash-linear-attention")) -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("recallbench", "torch", "lightning", *extra):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    return f"cpu:{platform.machine()}"
+
+
+def make_record(cfg, adapter, model, test: dict[str, Any], *, steps: int, train_s: float,
+                val_accuracy: float | None, best_step: int, device: torch.device) -> dict:
+    early = cfg.train.early_stop
+    dtype = next(model.parameters()).dtype
+    return {
+        "schema": SCHEMA,
+        "status": "ok",
+        "error": None,
+        "accuracy": test["accuracy"],
+        "accuracy_topk": test["accuracy_topk"],
+        "top_k": cfg.train.top_k,
+        "correct": int(test["correct"]),
+        "correct_topk": int(test["correct_topk"]),
+        "total": int(test["total"]),
+        "val_accuracy": val_accuracy,
+        "best_step": best_step,
+        "converged": bool(val_accuracy is not None and early is not None and val_accuracy >= early),
+        "state_size": adapter.state_size(),
+        "state_note": adapter.state_note(),
+        "state_bits": DTYPE_BITS.get(dtype, 32),
+        "info_bits": cfg.task.info_bits,
+        "params": sum(p.numel() for p in model.parameters()),
+        "steps": steps,
+        "train_s": round(train_s, 3),
+        "seed": cfg.train.seed,
+        "config": cfg.to_dict(),
+        "config_hash": cfg.hash(),
+        "versions": versions(),
+        "device": device_name(device),
+    }
+
+
+def failed_record(cfg, error: str) -> dict:
+    """The record of a run that raised or diverged: its config, and why."""
+    return {"schema": SCHEMA, "status": "failed", "error": error, "seed": cfg.train.seed,
+            "config": cfg.to_dict(), "config_hash": cfg.hash(), "versions": versions()}

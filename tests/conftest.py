@@ -1,0 +1,68 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(1)  # tiny models: one thread is much faster (benchmarks/bench_train.py)
+
+
+@pytest.fixture
+def plugin_dist(tmp_path, monkeypatch):
+    """A throwaway third-party distribution on sys.path, declaring entry points.
+
+    ``plugin_dist(group, name, module_source)`` writes ``<module>.py`` and a
+    ``.dist-info`` folder with ``entry_points.txt``, the way pip would install
+    them, and returns the folder (also prepended to PYTHONPATH for subprocesses).
+    """
+    def make(entries: dict[str, list[tuple[str, str]]], modules: dict[str, str],
+             dist: str = "rb_thirdparty"):
+        for mod, src in modules.items():
+            (tmp_path / f"{mod}.py").write_text(src)
+        info = tmp_path / f"{dist}-0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+        lines = []
+        for group, items in entries.items():
+            lines.append(f"[{group}]")
+            lines += [f"{name} = {target}" for name, target in items]
+        (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+        return tmp_path
+
+    return make
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys):
+    """Run ``recallbench ARGS`` in-process from tmp_path: (returncode, stdout, stderr)."""
+    from recallbench.cli import main
+
+    def call(*args):
+        monkeypatch.chdir(tmp_path)
+        capsys.readouterr()
+        rc = main(list(args))
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    return call
+
+
+@pytest.fixture
+def cli_subprocess(tmp_path):
+    """Run the ``recallbench`` command in a fresh interpreter: (returncode, stdout, stderr)."""
+    import subprocess
+
+    def call(*args, timeout=600):
+        proc = subprocess.run([sys.executable, "-m", "recallbench.cli", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=timeout)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    return call
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
