@@ -59,12 +59,13 @@ class RepeatedKeyMQAR(Task):
         M = Nf * Nk
         keys = distinct(B, Nf, self.num_keys, generator, device) + 1
         # order[b, j] = which occurrence sits at context pair j; occurrence o belongs to key o // Nk
-        order = distinct(B, M, M, generator, device)
+        order = torch.rand(B, M, generator=generator, device=device).argsort(dim=1)
         pair_key = keys.gather(1, order // Nk)
         pair_value = distinct(B, M, self.num_values, generator, device) + V // 2
-        # position of each occurrence, then the last position of each key
-        where = order.argsort(dim=1).view(B, Nf, Nk)
-        last = where.max(dim=2).values  # (B, Nf): pair index of the key's latest binding
+        # the last context pair holding each key: a scatter-max of pair indices by key
+        pair = torch.arange(M, device=device).expand(B, M)
+        last = torch.zeros(B, Nf, dtype=torch.long, device=device).scatter_reduce(
+            1, order // Nk, pair, reduce="amax")  # (B, Nf)
         latest = pair_value.gather(1, last)
 
         inputs = fillers(B, L, V, self.random_non_queries, generator, device)
