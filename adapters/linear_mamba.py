@@ -34,7 +34,7 @@ from recallbench.adapter import Adapter
 from recallbench.fields import check_range, fail, from_mapping
 from recallbench.registry import ADAPTERS
 
-from .linear_ops import causal_linear_attention
+from .linear_ops import FORMS, causal_linear_attention
 
 # pattern → (B per head, C per head, x per head)
 PATTERNS = {"mha": (True, True, True), "mqa": (False, True, False),
@@ -58,14 +58,14 @@ class CausalDepthwiseConv(nn.Module):
 class LinearMambaLayer(nn.Module):
     def __init__(self, d_model: int, d_state: int, d_conv: int = 2, expand: int = 2,
                  n_heads: int = 1, head_pattern: str = "mva", residual: bool = False,
-                 chunk_size: int = 256):
+                 chunk_size: int = 256, form: str = "auto"):
         super().__init__()
         d_inner = expand * d_model
         if d_inner % n_heads:
             raise ValueError(f"expand·d_model = {d_inner} is not divisible by n_heads = {n_heads}")
         self.M, self.N, self.P = n_heads, d_state, d_inner // n_heads
         self.b_per_head, self.c_per_head, self.x_per_head = PATTERNS[head_pattern]
-        self.residual, self.chunk_size = residual, chunk_size
+        self.residual, self.chunk_size, self.form = residual, chunk_size, form
         self.in_proj = nn.Linear(d_model, d_inner, bias=False)
         self.conv = CausalDepthwiseConv(d_inner, d_conv)
         self.s_b = nn.Linear(d_inner, (n_heads if self.b_per_head else 1) * d_state, bias=False)
@@ -84,7 +84,7 @@ class LinearMambaLayer(nn.Module):
         k = self._heads(self.s_b(xh), self.b_per_head, self.N)  # B_t
         q = self._heads(self.s_c(xh), self.c_per_head, self.N)  # C_t
         v = self._heads(xh if self.s_v is None else self.s_v(xh), self.x_per_head, self.P)
-        y = causal_linear_attention(q, k, v, self.chunk_size)  # (B, M, L, P)
+        y = causal_linear_attention(q, k, v, self.chunk_size, self.form)  # (B, M, L, P)
         y = self.out_proj(y.transpose(1, 2).reshape(u.shape[0], u.shape[1], -1))
         return u + y if self.residual else y
 
@@ -97,6 +97,7 @@ class Options:
 
     residual: bool | None = None  # default: on when n_layers > 1 (Thm 4.6)
     chunk_size: int = 256  # sequences longer than this use the chunked form
+    form: str = "auto"  # auto | parallel | chunked | recurrent (the slow reference)
 
 
 @ADAPTERS.register("linear-mamba")
@@ -114,6 +115,8 @@ class LinearMamba(Adapter):
                  f"must divide expand·d_model = {cfg.expand * cfg.d_model}")
         self.options = from_mapping(Options, cfg.options, "model.options")
         check_range("model.options.chunk_size", self.options.chunk_size, 1)
+        if self.options.form not in FORMS:
+            fail("model.options.form", self.options.form, f"one of {', '.join(FORMS)}")
 
     def build_blocks(self, device):
         cfg = self.cfg
@@ -122,7 +125,8 @@ class LinearMamba(Adapter):
             residual = cfg.n_layers > 1
         return nn.ModuleList(
             LinearMambaLayer(cfg.d_model, cfg.d_state, cfg.d_conv, cfg.expand, cfg.n_heads,
-                             self.head_pattern, residual, self.options.chunk_size)
+                             self.head_pattern, residual, self.options.chunk_size,
+                             self.options.form)
             for _ in range(cfg.n_layers)).to(device)
 
     def state_size(self) -> int:

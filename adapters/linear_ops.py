@@ -18,14 +18,21 @@ from __future__ import annotations
 import torch
 
 
+FORMS = ("auto", "parallel", "chunked", "recurrent")
+
+
 def causal_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                            chunk_size: int = 256) -> torch.Tensor:
+                            chunk_size: int = 256, form: str = "auto") -> torch.Tensor:
+    """``form``: auto (parallel up to ``chunk_size`` tokens, chunked beyond), parallel,
+    chunked, or recurrent (the slow reference)."""
     L = q.shape[-2]
-    if L <= chunk_size:
-        scores = q @ k.transpose(-1, -2)  # (B, M, L, L): ⟨k_τ, q_t⟩
-        mask = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
-        return scores.masked_fill(~mask, 0.0) @ v
-    return _chunked(q, k, v, chunk_size)
+    if form == "recurrent":
+        return causal_linear_attention_recurrent(q, k, v)
+    if form == "chunked" or (form == "auto" and L > chunk_size):
+        return _chunked(q, k, v, chunk_size)
+    scores = q @ k.transpose(-1, -2)  # (B, M, L, L): ⟨k_τ, q_t⟩
+    mask = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
+    return scores.masked_fill(~mask, 0.0) @ v
 
 
 def _chunked(q, k, v, c):

@@ -1,0 +1,90 @@
+"""Training throughput of linear-mamba: harness vs bare loop, parallel vs recurrent, threads.
+
+    python benchmarks/bench_train.py [--steps 200]
+
+Prints, measured in this run on this machine:
+1. sequences/s training the Table-8 model through the Lightning harness
+   (``recallbench.train.run``) and through a bare PyTorch loop
+   (``recallbench.loop.train_steps``) on the same model, data and batch size; the
+   ratio is the harness's overhead;
+2. forward+backward time of the layer in its parallel form vs the step-by-step
+   recurrence (``causal_linear_attention_recurrent``);
+3. one thread vs two for the bare loop;
+4. the default run with early stop at 0.99: steps and seconds of training.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from recallbench.config import resolve
+from recallbench.loop import train_steps
+from recallbench.model import RecallModel
+from recallbench.registry import ADAPTERS
+from recallbench.train import run
+
+
+def bare_rate(cfg, steps: int, threads: int) -> float:
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = RecallModel(ADAPTERS.get("linear-mamba")(cfg.model), cfg.task.vocab_size)
+    train_steps(model, cfg.task, 5, cfg.train.batch_size)  # warm up
+    start = time.perf_counter()
+    train_steps(model, cfg.task, steps, cfg.train.batch_size, lr=cfg.train.lr)
+    return steps * cfg.train.batch_size / (time.perf_counter() - start)
+
+
+def harness_rate(raw, steps: int) -> float:
+    raw = {**raw, "train": {**raw["train"], "max_steps": steps, "val_every": steps,
+                             "val_size": 64, "test_size": 64, "early_stop": None}}
+    run(raw)  # warm up (imports, first Trainer)
+    rec = run(raw)
+    return steps * rec["config"]["train"]["batch_size"] / rec["train_s"]
+
+
+def layer_time(form: str, B: int, L: int, reps: int = 5) -> float:
+    from recallbench.adapters.linear_mamba import LinearMambaLayer
+
+    layer = LinearMambaLayer(64, 16, form=form)
+    u = torch.randn(B, L, 64, requires_grad=True)
+    layer(u).sum().backward()
+    start = time.perf_counter()
+    for _ in range(reps):
+        layer(u).sum().backward()
+    return (time.perf_counter() - start) / reps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=200)
+    args = ap.parse_args()
+    raw = {"train": {"progress": False, "threads": 1}}
+    cfg = resolve(raw)
+
+    harness = harness_rate(raw, args.steps)
+    bare = bare_rate(cfg, args.steps, 1)
+    print(f"1. Table-8 model, batch {cfg.train.batch_size}, {args.steps} steps, 1 thread:")
+    print(f"   harness {harness:,.0f} seq/s, bare loop {bare:,.0f} seq/s, "
+          f"ratio harness/bare {harness / bare:.2f}")
+
+    print("2. linear-mamba layer fwd+bwd (D=64, N=16), parallel vs recurrent:")
+    torch.set_num_threads(1)
+    for B, L in [(64, 64), (16, 256)]:
+        par, rec = layer_time("parallel", B, L), layer_time("recurrent", B, L)
+        print(f"   B={B} L={L}: parallel {par * 1e3:.1f} ms, recurrent {rec * 1e3:.1f} ms, "
+              f"ratio {rec / par:.1f}x")
+
+    two = bare_rate(cfg, args.steps // 2, 2)
+    one = bare_rate(cfg, args.steps // 2, 1)
+    print(f"3. bare loop threads: 1 thread {one:,.0f} seq/s, 2 threads {two:,.0f} seq/s, "
+          f"ratio {one / two:.1f}x")
+
+    rec = run({"train": {"progress": False, "early_stop": 0.99}})
+    print(f"4. default run to validation accuracy 0.99: {rec['steps']} steps, "
+          f"{rec['train_s']:.1f} s of training, test accuracy {rec['accuracy']:.4f}")
+
+
+if __name__ == "__main__":
+    main()
