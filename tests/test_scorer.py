@@ -1,0 +1,228 @@
+"""The scorer, the report and the two CLI commands, on records simulated from the law."""
+import argparse
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import special
+
+from recallbench import cli_score, cli_theory, scorer, theory
+from recallbench.errors import ConfigError
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+QUERIES = 2048 * 16
+
+
+def make_record(adapter, d_model, d_state, seed, p, *, vocab_size=512, num_facts=32, seq_len=128,
+                state_size="linear", rng, status="ok", n_layers=1, lr=3e-3):
+    cfg = {"task": {"name": "mqar", "vocab_size": vocab_size, "seq_len": seq_len,
+                    "num_facts": num_facts, "power_a": 1.0, "random_non_queries": True},
+           "model": {"adapter": adapter, "d_model": d_model, "d_state": d_state, "n_layers": n_layers,
+                     "d_conv": 2, "n_heads": 1, "head_pattern": None, "expand": 2, "options": {}},
+           "train": {"seed": seed, "max_steps": 2000, "lr": lr, "threads": 1}}
+    digest = f"{adapter}-{d_model}-{d_state}-{n_layers}-{num_facts}-{seed}-{lr}"
+    if status != "ok":
+        return {"schema": scorer.SCHEMA, "status": "failed", "error": "diverged", "seed": seed,
+                "config": cfg, "config_hash": digest}
+    if state_size == "linear":
+        state_size = 2 * d_model * d_state * n_layers
+    k = int(rng.binomial(QUERIES, p))
+    k_top = max(k, int(rng.binomial(QUERIES, min(1.0, p * 1.3))))
+    return {"schema": scorer.SCHEMA, "status": "ok", "error": None, "accuracy": k / QUERIES,
+            "accuracy_topk": k_top / QUERIES, "top_k": 5, "correct": k, "total": QUERIES,
+            "correct_topk": k_top, "state_size": state_size, "state_note": "", "state_bits": 32,
+            "params": 1000, "steps": 500, "wall_s": 1.0, "seed": seed, "converged": k / QUERIES > 0.99,
+            "info_bits": num_facts * math.log2(vocab_size / 2), "config": cfg, "config_hash": digest,
+            "versions": {}, "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def records():
+    rng = np.random.default_rng(0)
+    out = []
+    b = math.sqrt(2 * math.log(512))
+    for d in (8, 16, 32, 64, 128):
+        for n in (2, 4, 8, 16, 32):
+            if n > d:
+                continue
+            p = float(special.ndtr(math.sqrt(n * d / (1.25 * 32 + n)) - b))
+            out.append(make_record("linear-mamba", d, n, 0, p, rng=rng))
+            out.append(make_record("linear-mamba", d, n, 1, 0.9 * p, rng=rng))
+            # a black box that recalls like a linear reference with a quarter of its state
+            q = theory.recall_probability(512, 32, d, n / 4, 1.25)
+            out.append(make_record("gla", d, n, 0, q, rng=rng, state_size=2 * d * n))
+    for d in (16, 32):
+        out.append(make_record("attention", d, 1, 0, 0.999, rng=rng, state_size=None))
+    out.append(make_record("linear-mamba", 8, 8, 2, 0.0, rng=rng, status="failed"))
+    # leaks the answer: 16 facts over 64 values (96 bits) through 2 float32 scalars (64 bits)
+    out.append(make_record("leaky", 2, 1, 0, 1.0, rng=rng, vocab_size=128, num_facts=16,
+                           seq_len=64, state_size=2))
+    return out
+
+
+@pytest.fixture(scope="module")
+def report(records):
+    with pytest.warns(scorer.ScoreWarning, match="IMPOSSIBLE"):
+        return scorer.score(records)
+
+
+def group(report, adapter):
+    return next(g for g in report["groups"] if g["model"]["adapter"] == adapter)
+
+
+def test_load_records_store_jsonl_json(tmp_path, records):
+    store = tmp_path / "store"
+    store.mkdir()
+    lines = [json.dumps(r) for r in records[:5]]
+    (store / "results.jsonl").write_text("\n".join(lines) + '\n{"schema": "recallbench.res')
+    with pytest.warns(scorer.ScoreWarning, match="torn"):
+        got = scorer.load_records([store])
+    assert got == records[:5]
+    (tmp_path / "one.json").write_text(json.dumps(records[5]))
+    (tmp_path / "many.json").write_text(json.dumps(records[6:8]))
+    (tmp_path / "plain.jsonl").write_text("\n".join(lines[:2]) + "\n")
+    got = scorer.load_records([tmp_path / "one.json", tmp_path / "many.json", tmp_path / "plain.jsonl"])
+    assert got == [records[5], *records[6:8], *records[:2]]
+    (tmp_path / "broken.jsonl").write_text(lines[0] + "\n{oops\n" + lines[1] + "\n")
+    with pytest.raises(ConfigError, match="broken.jsonl:2"):
+        scorer.load_records(tmp_path / "broken.jsonl")
+    with pytest.raises(ConfigError, match="does not exist"):
+        scorer.load_records(tmp_path / "missing")
+
+
+def test_seeds_best_and_mean(report, records):
+    g = group(report, "linear-mamba")
+    cell = next(c for c in g["cells"] if c["d_model"] == 64 and c["d_state"] == 16)
+    runs = [r for r in records if r["config"]["model"]["adapter"] == "linear-mamba"
+            and r["config"]["model"]["d_model"] == 64 and r["config"]["model"]["d_state"] == 16]
+    accs = [r["correct"] / r["total"] for r in runs]
+    assert cell["best"]["accuracy"] == max(accs)
+    assert cell["mean"]["accuracy"] == pytest.approx(np.mean(accs))
+    assert cell["mean"]["n_seeds"] == 2 and cell["mean"]["converged_rate"] == pytest.approx(
+        np.mean([r["converged"] for r in runs]))
+    lo, hi = cell["best"]["ci"]
+    assert lo < cell["best"]["accuracy"] < hi
+    assert cell["best"]["label"] == "best of seeds" and cell["mean"]["label"] == "mean over seeds"
+    failed = next(c for c in g["cells"] if c["d_model"] == 8 and c["d_state"] == 8)
+    assert failed["n_failed"] == 1 and failed["n_runs"] == 2
+
+
+def test_collapse_and_effective_state(report):
+    lin = group(report, "linear-mamba")
+    col = lin["collapse"]["best"]
+    assert col["a"] == pytest.approx(1.25, rel=0.1) and col["paper_a"] == 1.25
+    assert col["a_ci"][0] <= col["a"] <= col["a_ci"][1]
+    assert lin["collapse"]["mean"]["label"] == "mean over seeds"
+    gla = group(report, "gla")
+    assert gla["collapse"] is None and gla["model_kind"] is None
+    ratio = gla["efficiency"]["best"]
+    assert ratio["ratio"] == pytest.approx(0.25, rel=0.05)
+    cfg = next(c for c in gla["configs"] if c["d_model"] == 64 and c["d_state"] == 16)
+    assert cfg["best"]["n_eff"] == pytest.approx(4.0, rel=0.1)
+    assert cfg["best"]["s_eff"] == pytest.approx(2 * 64 * cfg["best"]["n_eff"])
+    assert cfg["best"]["ratio"] == pytest.approx(cfg["best"]["s_eff"] / (2 * 64 * 16))
+    assert cfg["best"]["bits_ratio"] == pytest.approx(32 * 2 * 64 * 16 / cfg["best"]["fano_min_bits"])
+    att = group(report, "attention")
+    assert att["state"] == "grows with L" and att["efficiency"] is None
+    for c in att["configs"]:
+        assert "ratio" not in c["best"] and "bits_ratio" not in c["best"]
+
+
+def test_impossible_is_flagged(report):
+    assert len(report["impossible"]) == 1
+    item = report["impossible"][0]
+    assert item["implied_bits"] > item["state_bits_total"] == 64
+    leaky = group(report, "leaky")
+    assert any("IMPOSSIBLE" in f for f in leaky["cells"][0]["flags"])
+    assert any("IMPOSSIBLE" in w for w in report["warnings"])
+    honest = [c for g in report["groups"] if g["model"]["adapter"] != "leaky" for c in g["cells"]]
+    assert not any(c.get("fano") and c["fano"]["impossible"] for c in honest)
+
+
+def check_png(path):
+    import matplotlib.image as mpimg
+
+    data = open(path, "rb").read()
+    assert data[:8] == PNG_SIGNATURE
+    img = mpimg.imread(path)
+    assert img.shape[0] > 200 and img.shape[1] > 200
+    rgb = img[..., :3].reshape(-1, 3)
+    assert rgb.std() > 0.1  # not a blank canvas
+    assert len(np.unique((rgb * 255).astype(np.uint8), axis=0)) > 50
+
+
+def test_write_report(tmp_path, report):
+    written = scorer.write_report(report, tmp_path / "out")
+    doc = json.loads((tmp_path / "out" / "report.json").read_text(),
+                     parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert doc["schema"] == "recallbench.report/1" and len(doc["groups"]) == 4
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "IMPOSSIBLE" in md and "| D | N |" in md and "Collapse fit" in md
+    names = [p.split("/")[-1] for p in written["figures"]]
+    assert any(n.startswith("heatmap_linear-mamba") for n in names)
+    assert any(n.startswith("collapse_linear-mamba") for n in names)
+    for path in written["figures"]:
+        check_png(path)
+        assert path.split("/")[-1] in md
+
+
+def parse(module, argv):
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_cli_score(tmp_path, records, capsys):
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "results.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    out = tmp_path / "report"
+    code = cli_score.command(parse(cli_score, [str(store), "--out", str(out), "--no-figures"]))
+    assert code == 1  # the leaky record
+    err = capsys.readouterr().err
+    assert "IMPOSSIBLE" in err and "warning:" in err
+    assert (out / "report.json").is_file() and (out / "report.md").is_file()
+    honest = [r for r in records if r["config"]["model"]["adapter"] != "leaky"]
+    (tmp_path / "honest.json").write_text(json.dumps(honest))
+    code = cli_score.command(parse(cli_score, [str(tmp_path / "honest.json"), "--out", str(out),
+                                               "--no-figures", "--collapse", "never"]))
+    assert code == 0
+    assert all(g["collapse"] is None for g in json.loads((out / "report.json").read_text())["groups"])
+
+
+def test_cli_theory_text_and_json(capsys):
+    argv = ["--task", "mqar", "--vocab-size", "1024", "--num-facts", "16", "--d-model", "32",
+            "--d-state", "16", "--a", "1"]
+    assert cli_theory.command(parse(cli_theory, argv)) == 0
+    text = capsys.readouterr().out
+    assert "0.762" in text and "0.609" in text  # THEORY.md's example
+    assert cli_theory.command(parse(cli_theory, argv + ["--json", "--target", "0.99"])) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["recall"] == pytest.approx(theory.recall_probability(1024, 16, 32, 16, 1.0))
+    assert doc["recall_forms"]["rem43"] == pytest.approx(0.609, abs=0.002)
+    req = doc["requirement"]
+    assert req["min_d_state"] is None  # D = 32 is too narrow for 0.99: unbounded
+    assert req["min_d_model"] > 32
+    args = parse(cli_theory, ["--task", "ar", "--vocab-size", "512", "--num-facts", "16",
+                              "--model-kind", "designed", "--target", "0.9", "--d-model", "256", "--json"])
+    assert cli_theory.command(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["a"] == 2.0
+    n = doc["requirement"]["min_d_state"]
+    assert theory.recall_probability(512, 16, 256, n, 2.0) == pytest.approx(0.9, abs=1e-6)
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["--vocab-size", "2", "--num-facts", "4", "--d-model", "8", "--d-state", "8"], "--vocab-size"),
+    (["--vocab-size", "64", "--num-facts", "0", "--d-model", "8", "--d-state", "8"], "--num-facts"),
+    (["--vocab-size", "64", "--num-facts", "4", "--d-model", "8"], "--d-state"),
+    (["--vocab-size", "64", "--num-facts", "4", "--d-model", "8", "--d-state", "8", "--target", "1"], "--target"),
+    (["--vocab-size", "64", "--num-facts", "4", "--d-model", "8", "--d-state", "8", "--a", "-1"], "--a"),
+    (["--vocab-size", "64", "--num-facts", "4", "--d-model", "8", "--d-state", "8", "--seq-len", "8"], "--seq-len"),
+])
+def test_cli_theory_bad_flags(argv, flag):
+    with pytest.raises(ConfigError) as info:
+        cli_theory.command(parse(cli_theory, argv))
+    message = str(info.value)
+    assert message.startswith(flag) and "\n" not in message

@@ -1,0 +1,214 @@
+"""The recall law (recallbench.theory) against simulation, limits and direct computation."""
+import math
+
+import numpy as np
+import pytest
+from scipy import special, stats
+
+from recallbench import theory
+
+
+def simulate_gaussian_model(vocab_size, sig, trials, rng, top_k=1):
+    """Monte Carlo of Thm 4.2's model: right read-out N(1, σ²), V − 1 wrong ones N(0, σ²)."""
+    right = 1.0 + sig * rng.standard_normal(trials)
+    if vocab_size <= 4096:
+        wrong = sig * rng.standard_normal((trials, vocab_size - 1))
+        beaten_by = (wrong > right[:, None]).sum(axis=1)
+        return float(np.mean(beaten_by < top_k))
+    # huge V, top-1: the largest of V − 1 standard normals by inverting its CDF Φ(m)^(V−1)
+    assert top_k == 1
+    u = rng.random(trials)
+    largest = -special.ndtri(-np.expm1(np.log(u) / (vocab_size - 1)))
+    return float(np.mean(right > sig * largest))
+
+
+@pytest.mark.parametrize("vocab_size,sig", [(16, 0.5), (128, 0.3), (1024, 0.25), (1024, 1.0),
+                                            (4096, 0.2), (10**6, 0.18)])
+def test_eq19_matches_monte_carlo(vocab_size, sig):
+    rng = np.random.default_rng(vocab_size + int(100 * sig))
+    trials = 4000 if vocab_size <= 4096 else 200_000
+    mc = simulate_gaussian_model(vocab_size, sig, trials, rng)
+    p = theory.recall_from_sigma(sig, vocab_size)
+    se = math.sqrt(max(p * (1 - p), 1e-4) / trials)
+    assert abs(mc - p) < 4.5 * se, (mc, p)
+
+
+@pytest.mark.parametrize("vocab_size", [2, 128, 10**6])
+def test_limits(vocab_size):
+    assert theory.recall_from_sigma(1e-3, vocab_size) == pytest.approx(1.0, abs=1e-12)
+    assert theory.recall_from_sigma(0.0, vocab_size) == 1.0
+    assert theory.recall_from_sigma(1e5, vocab_size) == pytest.approx(1.0 / vocab_size, rel=1e-3)
+    # 1 − p is computed without cancellation: tiny but positive near σ → 0
+    fail = theory.failure_from_inverse_sigma(15.0, vocab_size)
+    assert 0.0 <= fail < 1e-15
+    p, q = theory.recall_from_inverse_sigma(3.0, vocab_size), theory.failure_from_inverse_sigma(3.0, vocab_size)
+    assert p + q == pytest.approx(1.0, abs=1e-12)
+
+
+def test_v_two_is_closed_form():
+    # V = 2: P(X_right > X_wrong) = P(N(1, 2σ²) > 0) = Φ(1/(σ√2))
+    for sig in (0.1, 0.7, 3.0):
+        assert theory.recall_from_sigma(sig, 2) == pytest.approx(special.ndtr(1 / (sig * math.sqrt(2))), rel=1e-10)
+
+
+def test_huge_vocabulary_against_high_precision():
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 30
+    v = 10**6
+    for sig in (0.15, 0.2, 0.4):
+        s = mpmath.mpf(1) / sig
+        med = -float(special.ndtri(math.log(2) / (v - 1)))
+        z0 = med - float(s)
+        ref = mpmath.quad(lambda z: mpmath.npdf(z) * mpmath.ncdf(z + s) ** (v - 1),
+                          [-mpmath.inf, z0 - 2, z0 - 1, z0, z0 + 1, z0 + 3, mpmath.inf])
+        assert theory.recall_from_sigma(sig, v) == pytest.approx(float(ref), rel=1e-9)
+
+
+def test_theory_md_example():
+    # THEORY.md: V=1024, N_f=16, D=32, N=16, a=1: Rem 4.3 0.609, eq. 19 0.762, 0.988 without +N
+    args = dict(vocab_size=1024, num_facts=16, d_model=32, d_state=16, a=1.0)
+    assert theory.recall_probability(**args, form="rem43") == pytest.approx(0.609, abs=0.002)
+    assert theory.recall_probability(**args) == pytest.approx(0.762, abs=0.002)
+    s_without_n = math.sqrt(16 * 32 / 16)  # σ² = a·N_f/(N·D) only
+    assert theory.recall_from_inverse_sigma(s_without_n, 1024) == pytest.approx(0.988, abs=0.002)
+
+
+def test_sigma_and_layers():
+    sig = theory.sigma(16, 32, 8, 1.25)
+    assert sig == pytest.approx(math.sqrt(1.25 * 16 / (8 * 32) + 1 / 32))
+    assert theory.inverse_sigma(16, 32, 8, 1.25) == pytest.approx(1 / sig)
+    # Thm 4.6: Λ layers of N recall like one layer of Λ·N (the paper's (12,1),(6,2),(4,3),(3,4))
+    ps = [theory.recall_probability(512, 80, 64, n, 1.25, lam) for n, lam in [(12, 1), (6, 2), (4, 3), (3, 4)]]
+    assert max(ps) - min(ps) < 1e-12
+
+
+def test_eq20_close_to_eq19_in_the_tails():
+    s = np.linspace(0.0, 10.0, 201)
+    for v in (128, 1024, 10**4, 10**6):
+        p19 = theory.recall_from_inverse_sigma(s, v)
+        p20 = theory.recall_from_inverse_sigma(s, v, "eq20")
+        p43 = theory.recall_from_inverse_sigma(s, v, "rem43")
+        tails = (p19 < 0.01) | (p19 > 0.99)
+        assert np.max(np.abs(p20 - p19)[tails]) < 0.01
+        assert np.sqrt(np.mean((p20 - p19) ** 2)) < 0.03
+        # Rem 4.3 drops the correction to the maximum: lower at mid-range, further off than eq. 20
+        mid = (p19 > 0.05) & (p19 < 0.95)
+        assert np.all(p43[mid] < p19[mid])
+        assert np.sqrt(np.mean((p43 - p19) ** 2)) > np.sqrt(np.mean((p20 - p19) ** 2))
+    assert theory.m_v(1024) == pytest.approx(
+        math.sqrt(2 * math.log(1024)) - (math.log(math.log(1024)) + math.log(4 * math.pi))
+        / (2 * math.sqrt(2 * math.log(1024))))
+
+
+def test_topk():
+    s = np.linspace(0.0, 8.0, 41)
+    p1 = theory.recall_from_inverse_sigma(s, 512)
+    assert np.allclose(theory.topk_from_inverse_sigma(s, 512, 1), p1, rtol=1e-12, atol=1e-15)
+    prev = p1
+    for k in (2, 3, 5, 10, 50):
+        pk = theory.topk_from_inverse_sigma(s, 512, k)
+        assert np.all(pk >= prev - 1e-12) and np.any(pk > prev + 1e-3)
+        prev = pk
+    assert theory.topk_from_inverse_sigma(2.0, 16, 16) == 1.0
+    # σ → ∞: the right one is uniformly ranked, top-k = k/V
+    assert theory.topk_from_inverse_sigma(1e-5, 1000, 5) == pytest.approx(5 / 1000, rel=1e-3)
+
+
+@pytest.mark.parametrize("vocab_size,sig,k", [(64, 0.5, 3), (1024, 0.4, 5)])
+def test_topk_matches_monte_carlo(vocab_size, sig, k):
+    rng = np.random.default_rng(k)
+    trials = 4000
+    mc = simulate_gaussian_model(vocab_size, sig, trials, rng, top_k=k)
+    p = theory.topk_from_inverse_sigma(1 / sig, vocab_size, k)
+    assert abs(mc - p) < 4.5 * math.sqrt(max(p * (1 - p), 1e-4) / trials)
+
+
+def test_worst_case_lemma_4_1():
+    v, d, n, nf = 1024, 4000, 3000, 2
+    wc = theory.worst_case(v, nf, d, n, "ar")
+    ev, ek = math.sqrt(4 * math.log(v) / d), math.sqrt(4 * math.log(v) / n)
+    assert (wc.eps_v, wc.eps_k) == pytest.approx((ev, ek))
+    assert wc.lhs == pytest.approx(ev + ek + 2 * nf * ev * ek)
+    assert wc.solved == (ev + ek + 2 * nf * ev * ek < 0.5)
+    mq = theory.worst_case(v, nf, d, n, "mqar", seq_len=64)
+    assert mq.lhs == pytest.approx(ev + ek + 64 * ev * ek)
+    assert theory.worst_case(v, nf, d, n, "mqar").lhs == pytest.approx(ev + ek + 4 * nf * ev * ek)
+    assert not theory.worst_case(1024, 16, 32, 16, "ar").solved
+
+
+def test_a_table():
+    assert theory.coefficient_a("designed", "ar") == 2 and theory.coefficient_a("designed", "mqar") == 3
+    assert theory.coefficient_a("linear", "ar") == 1 and theory.coefficient_a("linear", "mqar") == 1.25
+    assert theory.coefficient_a("full", "ar") == 0.5 and theory.coefficient_a("full", "mqar") == 0.625
+    assert theory.coefficient_a("linear", "mqar-repeated-keys") == 1.25
+    with pytest.raises(ValueError):
+        theory.coefficient_a("transformer", "ar")
+
+
+@pytest.mark.parametrize("form", theory.FORMS)
+def test_requirement_round_trip(form):
+    v, nf, a, d = 1024, 16, 1.25, 128
+    req = theory.requirement(0.99, v, nf, a, d_model=d, form=form)
+    # at the smallest N the law gives exactly the target; 2% less state falls short
+    assert theory.recall_probability(v, nf, d, req.min_d_state, a, form=form) == pytest.approx(0.99, abs=1e-7)
+    assert theory.recall_probability(v, nf, d, 0.98 * req.min_d_state, a, form=form) < 0.99
+    assert req.min_nd < req.nd_at_d_model
+    assert req.min_nd == pytest.approx(a * nf * req.inv_sigma ** 2)
+    # the +N term: N·D = s*²(a·N_f + N), so N at fixed D is a real solve
+    assert req.nd_at_d_model == pytest.approx(req.inv_sigma ** 2 * (a * nf + req.min_d_state))
+    # two layers halve N per layer
+    req2 = theory.requirement(0.99, v, nf, a, d_model=d, n_layers=2, form=form)
+    assert req2.min_d_state == pytest.approx(req.min_d_state / 2)
+    # too narrow: impossible
+    assert math.isinf(theory.requirement(0.99, v, nf, a, d_model=req.min_d_model * 0.9, form=form).min_d_state)
+    if form == "eq20":
+        assert req.inv_sigma == pytest.approx(theory.m_v(v) + special.ndtri(0.99))
+    # N·D grows like N_f·log(V/δ) (Rem 4.4): more facts or a stricter target need more
+    assert theory.requirement(0.999, v, nf, a, form=form).min_nd > req.min_nd
+    assert theory.requirement(0.99, v, 2 * nf, a, form=form).min_nd == pytest.approx(2 * req.min_nd)
+
+
+def test_capacity_round_trip():
+    cap = theory.capacity(64, 16, 512, 1.25, delta=0.01)
+    assert theory.recall_probability(512, cap, 64, 16, 1.25) == pytest.approx(0.99, abs=1e-7)
+    assert theory.capacity(4, 16, 512, 1.25) == 0.0
+
+
+def test_fano_lemma_4_5():
+    # THEORY.md settings, computed directly: (1 − δ)·N_f·log2(V/2) − 1
+    for v, nf, delta in [(1024, 16, 0.01), (512, 32, 0.01), (512, 80, 0.0), (128, 16, 0.1)]:
+        direct = (1 - delta) * nf * math.log2(v / 2) - 1
+        assert theory.fano_min_bits(nf, v, delta) == pytest.approx(direct)
+    assert theory.fano_min_bits(16, 1024, 0.01) == pytest.approx(0.99 * 16 * 9 - 1)
+    # inverse: the largest N_f exactly uses b·S bits
+    state, bits = 2 * 64 * 16, 32
+    nmax = theory.fano_max_facts(state, bits, 512, 0.01)
+    assert theory.fano_min_bits(nmax, 512, 0.01) == pytest.approx(state * bits)
+    assert theory.linear_state_size(64, 16, 3) == 3 * 2 * 64 * 16
+
+
+def test_designed_mqar_position_average_gives_a_about_3():
+    # THEORY.md: a_eff ≈ 2 + (L − 2N_f)/(2N_f): ≈ 3 at L = 4N_f, ≈ 5 at L = 8N_f
+    for v, nf, d, n in [(512, 16, 32, 16), (1024, 16, 64, 8), (512, 32, 64, 32)]:
+        a_eff = theory.designed_mqar_effective_a(v, nf, 4 * nf, d, n)
+        assert 2.6 < a_eff < 3.3, a_eff
+    a_long = theory.designed_mqar_effective_a(512, 16, 128, 64, 16)
+    assert 4.4 < a_long < 5.4, a_long
+    slots = theory.mqar_query_positions(16, 64)
+    assert slots[0] == 32 and slots[-1] == 62 and len(slots) == 16
+
+
+def test_forms_are_checked():
+    with pytest.raises(ValueError):
+        theory.recall_probability(512, 16, 32, 16, 1.0, form="eq21")
+    with pytest.raises(ValueError):
+        theory.required_inverse_sigma(1.0, 512)
+
+
+def test_monte_carlo_helper_can_tell_forms_apart():
+    # the simulation is sharp enough to reject Rem 4.3 where it differs from eq. 19
+    rng = np.random.default_rng(7)
+    mc = simulate_gaussian_model(1024, 0.25, 4000, rng)
+    p43 = theory.recall_from_sigma(0.25, 1024, "rem43")
+    assert abs(mc - p43) > 4.5 * math.sqrt(p43 * (1 - p43) / 4000)
+    assert stats.binomtest(int(round(mc * 4000)), 4000, theory.recall_from_sigma(0.25, 1024)).pvalue > 1e-4
