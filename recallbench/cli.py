@@ -22,6 +22,9 @@ from .errors import ConfigError, UnavailableError
 EXTERNAL = {
     "theory": ("recallbench.cli_theory", "predicted recall and required state from the law"),
     "score": ("recallbench.cli_score", "fit the law to results and write a report"),
+    "sweep": ("recallbench.cli_sweep", "run a grid of configs into a resumable result store"),
+    "submit": ("recallbench.cli_submit", "turn a result store into a leaderboard submission"),
+    "leaderboard": ("recallbench.cli_leaderboard", "validate, verify and render leaderboards"),
 }
 
 
@@ -64,6 +67,13 @@ def _run(args) -> int:
     return 0
 
 
+def _unavailable(name: str, exc: Exception):
+    def command(args) -> int:
+        raise UnavailableError(f"`recallbench {name}` cannot load: {exc}")
+
+    return command
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="recallbench",
@@ -84,11 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_run)
 
     for name, (module, help_text) in EXTERNAL.items():
-        p = sub.add_parser(name, help=help_text)
         try:
             mod = importlib.import_module(module)
-        except ImportError:
+        except ImportError as exc:  # keep the rest of the CLI usable, and say why
+            p = sub.add_parser(name, help=f"(unavailable: {exc})")
+            p.set_defaults(func=_unavailable(name, exc))
             continue
+        p = sub.add_parser(name, help=help_text, description=help_text)
         mod.add_arguments(p)
         p.set_defaults(func=mod.command)
     return parser
