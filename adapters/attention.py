@@ -44,6 +44,7 @@ class Attention(Adapter):
     library_class = "torch scaled_dot_product_attention"
     state_formula = "2 · Λ · D · L (KV cache, grows with L)"
     head_patterns = ("mha",)
+    embedding_std = 0.02  # as transformer LMs with a final norm and tied read-out
 
     def validate(self) -> None:
         super().validate()

@@ -37,6 +37,10 @@ class Adapter:
     library_class: ClassVar[str] = ""  # e.g. "mamba_ssm.Mamba", for the README table
     state_formula: ClassVar[str] = ""  # e.g. "Λ · expand · D · N"
     trainable: ClassVar[bool] = True  # False: evaluation only (fixed weights)
+    # std of the (tied) embedding's normal init; None keeps torch's N(0, 1).  Library
+    # models with a final norm use 0.02 (mamba-ssm's and fla's _init_weights), which keeps
+    # the tied read-out's first logits O(1).
+    embedding_std: ClassVar[float | None] = None
     head_patterns: ClassVar[tuple[str, ...]] = ("mva",)  # patterns it implements; [0] is its default
 
     def __init__(self, cfg: ModelConfig):

@@ -25,9 +25,9 @@ class RecallModel(nn.Module):
         super().__init__()
         cfg = adapter.cfg
         self.embedding = nn.Embedding(vocab_size, cfg.d_model)
-        if generator is not None:
+        if adapter.embedding_std is not None:
             with torch.no_grad():
-                self.embedding.weight.normal_(generator=generator)
+                self.embedding.weight.normal_(0.0, adapter.embedding_std, generator=generator)
         adapter.init_embedding(self.embedding, generator or torch.Generator().manual_seed(0))
         self.blocks = adapter.build_blocks(torch.device(device))
         self.norm = adapter.final_norm()

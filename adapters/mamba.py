@@ -1,0 +1,108 @@
+"""``mamba``: mamba-ssm's real ``Mamba`` (Mamba-1) block, stacked as mamba-ssm's MixerModel does.
+
+Each of the Λ = ``n_layers`` blocks is mamba-ssm's ``Block`` without an MLP, i.e.
+``h + Mamba(RMSNorm(h))`` (RMSNorm eps 1e-5, as ``MambaConfig(rms_norm=True)``), and the stack
+ends in a final RMSNorm (``norm_f``) before the tied read-out.  The blocks get mamba-ssm's
+``_init_weights`` (out_proj rescaled by 1/√Λ, linear biases zeroed except dt_proj's); the
+embedding is recallbench's.
+
+Config → ``mamba_ssm.Mamba``: ``d_model`` → d_model, ``d_state`` → d_state, ``d_conv`` →
+d_conv (the paper uses 2; mamba-ssm defaults to 4), ``expand`` → expand;
+``options.dt_rank`` → dt_rank (null: "auto" = ⌈D/16⌉).  Mamba-1 has no heads: ``n_heads``
+must be 1; its head pattern is MVA (B and C shared by all channels, x per channel).
+
+State: one ``d_state`` vector per inner channel, Λ · d_inner · N = Λ · expand · D · N scalars
+(the SSM state; the conv's (d_conv − 1) · d_inner buffer is not counted, as in the paper).
+
+On a CPU the blocks run mamba-ssm's own pure-torch references in place of its CUDA kernels
+(see :mod:`recallbench.adapters.mamba_ssm_cpu`; ``selective_scan_ref`` is a Python loop over
+L, so it is slow); on CUDA the fused kernels run untouched.  mamba-ssm is imported only when
+a model is built, so this module imports without it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from recallbench.adapter import Adapter, PreNormResidual
+from recallbench.fields import check_range, fail, from_mapping
+from recallbench.registry import ADAPTERS
+
+from . import mamba_ssm_cpu
+
+NORM_EPS = 1e-5  # mamba-ssm's MixerModel / MambaConfig norm_epsilon
+
+
+class MixerBlock(PreNormResidual):
+    """``x + mixer(RMSNorm(x))`` (mamba-ssm's Block without MLP), run with the CPU references on CPU."""
+
+    def __init__(self, mixer: nn.Module, d_model: int, eps: float = NORM_EPS):
+        super().__init__(mixer, d_model, norm="rms")
+        self.norm.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, L, D)
+        with mamba_ssm_cpu.kernels_for(x.device):
+            return super().forward(x)
+
+
+def init_like_mixer_model(blocks: nn.ModuleList, n_layers: int) -> None:
+    """mamba-ssm's MixerModel initialisation of the blocks (no MLP: one residual per layer)."""
+    from functools import partial
+
+    from mamba_ssm.models.mixer_seq_simple import _init_weights
+
+    blocks.apply(partial(_init_weights, n_layer=n_layers, n_residuals_per_layer=1))
+
+
+class MambaSSMAdapter(Adapter):
+    """What the mamba-ssm adapters share: availability, the final norm, the embedding init."""
+
+    embedding_std = 0.02  # mamba-ssm's _init_weights
+
+    @classmethod
+    def availability(cls) -> tuple[bool, str]:
+        return mamba_ssm_cpu.availability()
+
+    def final_norm(self) -> nn.Module:
+        return nn.RMSNorm(self.cfg.d_model, eps=NORM_EPS)
+
+
+@dataclasses.dataclass
+class Options:
+    """``model.options`` of mamba."""
+
+    dt_rank: int | None = None  # rank of the Δ projection; null: mamba-ssm's "auto", ⌈d_model/16⌉
+
+
+@ADAPTERS.register("mamba")
+class Mamba(MambaSSMAdapter):
+    description = "mamba-ssm's Mamba (Mamba-1) blocks, pre-norm residual + final RMSNorm"
+    library_class = "mamba_ssm.Mamba"
+    state_formula = "Λ · d_inner · N = Λ · expand · D · N"
+    head_patterns = ("mva",)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.cfg.n_heads != 1:
+            fail("model.n_heads", self.cfg.n_heads, "Mamba-1 has no heads: 1 (use adapter mamba2)")
+        self.options = from_mapping(Options, self.cfg.options, "model.options")
+        if self.options.dt_rank is not None:
+            check_range("model.options.dt_rank", self.options.dt_rank, 1)
+
+    def build_blocks(self, device):
+        mamba_ssm = mamba_ssm_cpu.import_mamba_ssm()
+        cfg = self.cfg
+        dt_rank = "auto" if self.options.dt_rank is None else self.options.dt_rank
+        blocks = nn.ModuleList(
+            MixerBlock(mamba_ssm.Mamba(cfg.d_model, d_state=cfg.d_state, d_conv=cfg.d_conv,
+                                       expand=cfg.expand, dt_rank=dt_rank, layer_idx=i,
+                                       device=device), cfg.d_model)
+            for i in range(cfg.n_layers))
+        init_like_mixer_model(blocks, cfg.n_layers)
+        return blocks.to(device)
+
+    def state_size(self) -> int:
+        cfg = self.cfg
+        return cfg.n_layers * cfg.expand * cfg.d_model * cfg.d_state
