@@ -68,7 +68,8 @@ def quiet_lightning():
         lg.setLevel(logging.ERROR)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*(does not have many workers|"
-                                "IterableDataset|infinite|num_workers|LitLogger|litlogger).*")
+                                "IterableDataset|infinite|num_workers|LitLogger|litlogger|"
+                                "LeafSpec).*")
         try:
             yield
         finally:
