@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from .task import Task
 
-VAL_STREAM, TEST_STREAM, TRAIN_STREAM = 1, 2, 3
+VAL_STREAM, TEST_STREAM, TRAIN_STREAM, MODEL_STREAM = 1, 2, 3, 4  # seed namespaces
 
 
 def make_generator(*key: int) -> torch.Generator:

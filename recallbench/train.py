@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import torch
 
 from .config import RunConfig, resolve
-from .data import RecallDataModule
+from .data import MODEL_STREAM, RecallDataModule, make_generator
 from .errors import UnavailableError
 from .metrics import RecallAccuracy
 from .model import RecallModel
@@ -109,16 +109,25 @@ def run(config: RunConfig | Mapping[str, Any] | None = None, progress: bool | No
     return record
 
 
+def build_model(cfg: RunConfig, device: torch.device):
+    """(adapter, model) of a run, seeded as every run is: the single place a model is made."""
+    from lightning import seed_everything
+
+    seed_everything(cfg.train.seed, workers=True, verbose=False)
+    adapter = ADAPTERS.get(cfg.model.adapter)(cfg.model)
+    model = RecallModel(adapter, cfg.task.vocab_size, device=device,
+                        generator=make_generator(MODEL_STREAM, cfg.train.seed)).to(device)
+    return adapter, model
+
+
 def _run(cfg: RunConfig, adapter_cls, device: torch.device, show: bool) -> dict[str, Any]:
-    from lightning import Trainer, seed_everything
+    from lightning import Trainer
     from lightning.pytorch.callbacks import EarlyStopping
 
     from .module import RecallModule
 
     tc = cfg.train
-    seed_everything(tc.seed, workers=True, verbose=False)
-    adapter = adapter_cls(cfg.model)
-    model = RecallModel(adapter, cfg.task.vocab_size, device=device).to(device)
+    adapter, model = build_model(cfg, device)
     dm = RecallDataModule(cfg.task, tc.batch_size, tc.seed, tc.val_size, tc.test_size)
     dm.setup()
     module = RecallModule(model, tc)

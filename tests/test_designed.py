@@ -60,3 +60,13 @@ def test_designed_rejects_what_it_cannot_be():
         resolve({"model": {"adapter": "designed", "d_model": 16, "d_state": 32}})
     with pytest.raises(ConfigError, match="model.n_layers = 2 is not allowed"):
         resolve({"model": {"adapter": "designed", "n_layers": 2}})
+
+
+def test_seed_draws_new_fixed_weights():
+    """The designed model's E and F are random: another seed is another circuit."""
+    cfg = {"task": {"name": "mqar", "vocab_size": 256, "seq_len": 64, "num_facts": 16},
+           "model": {"adapter": "designed", "d_model": 32, "d_state": 16}, "train": FAST}
+    a = run(cfg)
+    b = run({**cfg, "train": {**FAST, "seed": 1}})
+    assert a["correct"] != b["correct"]
+    assert run(cfg)["correct"] == a["correct"]
