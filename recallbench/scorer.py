@@ -99,8 +99,11 @@ def _read_json(path: Path) -> list[dict]:
 def load_records(paths: Iterable[str | Path] | str | Path) -> list[dict]:
     """Read result records from stores, ``.jsonl`` and ``.json`` files.
 
-    A directory is a result store: its ``results.jsonl`` is read (or, without one, every
-    ``*.jsonl`` and ``*.json`` directly inside it, in name order).  In a ``.jsonl`` file a
+    A directory is a result store, read through :mod:`recallbench.store`: all its files
+    (``results.jsonl``, ``results.shard-I-of-N.jsonl``) merged to one record per config
+    hash, an ok record preferred over failed ones, torn lines skipped with a warning (or,
+    without any such file, every ``*.jsonl`` and ``*.json`` directly inside it, in name
+    order).  In a ``.jsonl`` file a
     torn last line (a crash mid-write) is skipped with a :class:`ScoreWarning`; a bad line
     elsewhere is a :class:`ConfigError`.  A ``.json`` file holds a record or a list of
     records.  Entries that are not ``recallbench.result/1`` records are skipped with a
@@ -108,13 +111,20 @@ def load_records(paths: Iterable[str | Path] | str | Path) -> list[dict]:
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    files: list[Path] = []
+    from . import store as result_store
+
+    files: list[Path | tuple[Path, list[dict]]] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            store = path / "results.jsonl"
-            if store.is_file():
-                files.append(store)
+            if result_store.is_store(path):  # results.jsonl and/or results.shard-I-of-N.jsonl
+                contents = result_store.read_store(
+                    path, warn=lambda m: warnings.warn(m, ScoreWarning, stacklevel=4))
+                if contents.duplicates:
+                    warnings.warn(f"{path}: {contents.duplicates} duplicate records of the same "
+                                  "config_hash merged (an ok record kept over failed ones)",
+                                  ScoreWarning, stacklevel=2)
+                files.append((path, contents.records))
             else:
                 found = sorted(p for p in path.iterdir()
                                if p.is_file() and p.suffix in (".jsonl", ".json"))
@@ -129,7 +139,10 @@ def load_records(paths: Iterable[str | Path] | str | Path) -> list[dict]:
                               "directory, a .jsonl or a .json file")
     records: list[dict] = []
     for f in files:
-        items = _read_jsonl(f) if f.suffix == ".jsonl" else _read_json(f)
+        if isinstance(f, tuple):
+            f, items = f
+        else:
+            items = _read_jsonl(f) if f.suffix == ".jsonl" else _read_json(f)
         for j, rec in enumerate(items):
             if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
                 got = rec.get("schema") if isinstance(rec, dict) else type(rec).__name__
