@@ -78,3 +78,15 @@ def test_bad_options():
         resolve({"model": {"options": {"form": "loop"}}})
     with pytest.raises(ConfigError, match="model.n_heads = 3 is not allowed: must divide"):
         resolve({"model": {"n_heads": 3}})
+
+
+def test_causal_conv_matches_torch_conv1d():
+    """The shift-and-add conv is exactly the causal depthwise nn.Conv1d it holds the weight of."""
+    from recallbench.adapters.linear_mamba import CausalDepthwiseConv
+
+    torch.manual_seed(0)
+    for width in (1, 2, 4):
+        layer = CausalDepthwiseConv(6, width)
+        x = torch.randn(3, 5, 6)
+        ref = layer.conv(x.transpose(1, 2))[..., :5].transpose(1, 2)
+        torch.testing.assert_close(layer(x), ref, rtol=1e-6, atol=1e-6)
