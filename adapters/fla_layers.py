@@ -148,7 +148,8 @@ class FlaAdapter(Adapter):
         self._layers: list[nn.Module] = []
 
     def check(self) -> None:
-        """Adapter-specific ConfigErrors (divisibility and such)."""
+        """Adapter-specific ConfigErrors; by default the key-value layout's: M divides expand·D."""
+        self._need_divisible("model.n_heads", self.cfg.n_heads, "expand·d_model", self.value_total)
 
     # helpers for check()
     def _need_divisible(self, field: str, value: int, what: str, total: int) -> None:
@@ -170,8 +171,10 @@ class FlaAdapter(Adapter):
         return getattr(module, self.layer_name)
 
     def layer_kwargs(self, layer_idx: int) -> dict[str, Any]:
-        """fla kwargs from the config (per adapter) merged with the layer options."""
-        raise NotImplementedError
+        """fla kwargs from the config merged with the layer options; by default the key-value
+        layout (hidden_size, num_heads, expand_k, expand_v) and the short conv if the layer has one."""
+        conv = self._conv_kwargs() if self.has_short_conv else {}
+        return {**_kv(self), **conv, "layer_idx": layer_idx, **self._option_kwargs()}
 
     def _option_kwargs(self) -> dict[str, Any]:
         kw = {k: v for k, v in dataclasses.asdict(self.options).items() if k not in _BLOCK_FIELDS}
@@ -241,11 +244,6 @@ def _kv(adapter: FlaAdapter) -> dict[str, Any]:
             "expand_k": adapter.key_total / cfg.d_model, "expand_v": float(cfg.expand)}
 
 
-def _check_kv(adapter: FlaAdapter) -> None:
-    cfg = adapter.cfg
-    adapter._need_divisible("model.n_heads", cfg.n_heads, "expand·d_model", adapter.value_total)
-
-
 # ---------------------------------------------------------------------------
 # the adapters
 # ---------------------------------------------------------------------------
@@ -274,11 +272,6 @@ class GLA(FlaAdapter):
     cpu_references = ("fla.ops.gla.naive",)
     Options = GLAOptions
 
-    def check(self):
-        _check_kv(self)
-
-    def layer_kwargs(self, layer_idx):
-        return {**_kv(self), **self._conv_kwargs(), "layer_idx": layer_idx, **self._option_kwargs()}
 
 
 @dataclasses.dataclass
@@ -303,11 +296,6 @@ class DeltaNet(FlaAdapter):
     cpu_references = ("fla.ops.delta_rule.naive",)
     Options = DeltaNetOptions
 
-    def check(self):
-        _check_kv(self)
-
-    def layer_kwargs(self, layer_idx):
-        return {**_kv(self), **self._conv_kwargs(), "layer_idx": layer_idx, **self._option_kwargs()}
 
 
 @dataclasses.dataclass
@@ -331,7 +319,7 @@ class GatedDeltaNet(FlaAdapter):
     Options = GatedDeltaNetOptions
 
     def check(self):
-        _check_kv(self)
+        super().check()
         cfg = self.cfg
         P = self.value_total // cfg.n_heads
         if int(cfg.d_state * (P / cfg.d_state)) != P:  # fla computes head_v_dim = int(head_dim · expand_v)
@@ -373,12 +361,9 @@ class RetNet(FlaAdapter):
     Options = RetNetOptions
 
     def check(self):
-        _check_kv(self)
+        super().check()
         if self.cfg.d_state % 2:
             fail("model.d_state", self.cfg.d_state, "must be even for retnet (rotary embedding on keys)")
-
-    def layer_kwargs(self, layer_idx):
-        return {**_kv(self), **self._conv_kwargs(), "layer_idx": layer_idx, **self._option_kwargs()}
 
 
 @dataclasses.dataclass
@@ -440,11 +425,6 @@ class RWKV6(FlaAdapter):
     Options = RWKV6Options
     has_short_conv = False
 
-    def check(self):
-        _check_kv(self)
-
-    def layer_kwargs(self, layer_idx):
-        return {**_kv(self), "layer_idx": layer_idx, **self._option_kwargs()}
 
 
 def _feature_dim(feature_map, head_k_dim: int) -> int:
@@ -520,11 +500,6 @@ class LinearAttention(FlaAdapter):
     has_short_conv = False
     _FEATURE_MULT: ClassVar[dict[str, int]] = {"hedgehog": 2, "dpfp": 8}
 
-    def check(self):
-        _check_kv(self)
-
-    def layer_kwargs(self, layer_idx):
-        return {**_kv(self), "layer_idx": layer_idx, **self._option_kwargs()}
 
     def layer_state(self, layer):
         F_ = _feature_dim(layer.feature_map_q, layer.head_k_dim)
@@ -605,12 +580,6 @@ class SimpleGLA(FlaAdapter):
     layer_module, layer_name = "fla.layers.simple_gla", "SimpleGatedLinearAttention"
     cpu_references = ("fla.ops.simple_gla.naive",)
     Options = SimpleGLAOptions
-
-    def check(self):
-        _check_kv(self)
-
-    def layer_kwargs(self, layer_idx):
-        return {**_kv(self), **self._conv_kwargs(), "layer_idx": layer_idx, **self._option_kwargs()}
 
 
 FLA_ADAPTERS = ("gla", "deltanet", "gated-deltanet", "retnet", "hgrn2", "rwkv6", "based",
