@@ -1,0 +1,417 @@
+"""Leaderboards: suites, `leaderboard run`, `submit`, validate/verify/render, and the
+safety of reading submissions (size limit, safe YAML, hashes, paths, Fano bound).
+
+Tiny suites in tmp_path use the `designed` adapter (fixed weights, no training), so a
+whole suite runs in seconds.  The last tests check the committed leaderboards/ folder:
+every submission validates and every rendered README is up to date.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from recallbench import leaderboard as lb
+from recallbench.errors import ConfigError
+
+REPO = Path(__file__).resolve().parent.parent
+
+TINY_SUITE = """\
+schema: recallbench.suite/1
+name: tiny
+title: tiny test suite
+task: {name: mqar, vocab_size: 32, seq_len: 32}
+num_facts: [2, 4, 8]
+budgets:
+  - name: D16-N8
+    model: {d_model: 16, d_state: 8, n_layers: 1}
+adapters: {}
+train: {max_steps: 0, batch_size: 8, val_size: 16, test_size: 128}
+lr: [0.01]
+seeds: [0, 1]
+device: cpu
+threads: 1
+tolerance: {accuracy: 0.0}
+scoring: {delta: 0.01, form: eq19, level: 0.95}
+"""
+
+
+def _run(cfg, progress=False):
+    from recallbench.train import run
+
+    return run(cfg, progress=False)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny suite folder, a store holding its `designed` runs, and a valid submission."""
+    root = tmp_path_factory.mktemp("lb")
+    suite_dir = root / "leaderboards" / "tiny"
+    suite_dir.mkdir(parents=True)
+    (suite_dir / "suite.yaml").write_text(TINY_SUITE)
+    suite = lb.load_suite(suite_dir)
+    store = root / "store"
+    counts = lb.run_suite(suite, "designed", store, log=lambda m: None)
+    assert counts == {"points": 6, "skipped": 0, "ran": 6, "failed": 0}
+    from recallbench.scorer import load_records
+
+    sub = lb.build_submission(suite, load_records(store), "designed-ref")
+    path = lb.write_submission(sub, suite_dir / "submissions" / "designed-ref.yaml")
+    return {"root": root, "suite_dir": suite_dir, "suite": suite, "store": store, "path": path,
+            "sub": sub}
+
+
+def _write(tiny, name: str, data, raw: str | None = None, rehash: bool = True) -> Path:
+    path = tiny["suite_dir"] / "submissions" / name
+    if raw is None:
+        if rehash:
+            data["sha256"] = lb.content_sha256(data)
+        raw = lb.dump_yaml(data)
+    path.write_text(raw)
+    return path
+
+
+def _reject(path, match: str, suite_dir=None):
+    with pytest.raises(ConfigError, match=match) as info:
+        lb.validate_file(path, suite_dir)
+    msg = str(info.value)
+    assert "\n" not in msg  # one line
+    return msg
+
+
+# -- suites ---------------------------------------------------------------------------
+
+def test_suite_grid_and_point_config(tiny):
+    suite = tiny["suite"]
+    pts = suite.points()
+    assert len(pts) == 3 * 2
+    cfg = suite.point_config("designed", pts[-1])
+    assert cfg["task"] == {"name": "mqar", "vocab_size": 32, "seq_len": 32, "num_facts": 8}
+    assert cfg["model"] == {"adapter": "designed", "d_model": 16, "d_state": 8, "n_layers": 1}
+    assert cfg["train"]["seed"] == 1 and cfg["train"]["lr"] == 0.01 and cfg["train"]["threads"] == 1
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d.update(schema="x/1"), "schema must be"),
+    (lambda d: d.update(name="other"), "must equal its folder name"),
+    (lambda d: d.update(num_facts=[2, 2]), "distinct positive"),
+    (lambda d: d["train"].update(lr=0.1), "train.lr is the grid"),
+    (lambda d: d.update(budgets=[{"name": "../x", "model": {"d_model": 4}}]), "not a plain name"),
+    (lambda d: d.update(extra=1), "unknown key"),
+])
+def test_bad_suites(tmp_path, edit, match):
+    data = yaml.safe_load(TINY_SUITE)
+    edit(data)
+    d = tmp_path / "tiny"
+    d.mkdir()
+    (d / "suite.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=match):
+        lb.load_suite(d)
+
+
+def test_committed_suites_load():
+    dirs = lb.suite_dirs(REPO / "leaderboards")
+    assert {d.name for d in dirs} >= {"cpu-small", "gpu-standard"}
+    for d in dirs:
+        suite = lb.load_suite(d)
+        assert suite.points()
+
+
+# -- run and submit ---------------------------------------------------------------------
+
+def test_run_skips_points_already_in_the_store(tiny):
+    counts = lb.run_suite(tiny["suite"], "designed", tiny["store"], log=lambda m: None)
+    assert counts["skipped"] == 6 and counts["ran"] == 0
+    lines = (tiny["store"] / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 6
+
+
+def test_submission_content(tiny):
+    sub = tiny["sub"]
+    assert sub["schema"] == lb.SUBMISSION_SCHEMA and sub["suite"] == "tiny"
+    assert sub["model"]["adapter"] == "designed" and sub["model"]["library"]["name"] == "recallbench"
+    b = sub["budgets"][0]
+    assert b["state_size"] == 2 * 16 * 8 and b["state_bits"] == 32
+    assert len(b["points"]) == 6 and all(p["total"] > 0 for p in b["points"])
+    assert set(b["score"]) == {"mean", "best"}
+    assert "s_eff" in b["score"]["mean"] or "error" in b["score"]["mean"]
+    assert sub["environment"]["versions"]["torch"]
+    assert sub["sha256"] == lb.content_sha256(sub)
+    # the file on disk round-trips to the same content hash
+    back = lb.read_yaml_data(tiny["path"])
+    assert lb.content_sha256(back) == sub["sha256"]
+
+
+def test_submit_and_validate_cli(tiny, cli):
+    out = tiny["suite_dir"] / "submissions" / "cli-made.yaml"
+    rc, stdout, err = cli("submit", "--suite", str(tiny["suite_dir"]), "--store", str(tiny["store"]),
+                          "--model-name", "cli-made", "--out", str(out))
+    assert rc == 0, err
+    assert "S_eff" in stdout and out.is_file()
+    rc, stdout, err = cli("leaderboard", "validate", str(out), str(tiny["path"]))
+    assert rc == 0, err
+    assert stdout.count("ok ") == 2
+    rc, _, err = cli("submit", "--suite", str(tiny["suite_dir"]), "--store", str(tiny["store"]),
+                     "--model-name", "cli-made", "--out", str(out))
+    assert rc == 2 and "exists" in err
+    out.unlink()
+
+
+def test_submit_rejects_incomplete_store(tiny, tmp_path, cli):
+    lines = (tiny["store"] / "results.jsonl").read_text().splitlines()
+    part = tmp_path / "part"
+    part.mkdir()
+    (part / "results.jsonl").write_text("\n".join(lines[:4]) + "\n")
+    rc, _, err = cli("submit", "--suite", str(tiny["suite_dir"]), "--store", str(part),
+                     "--model-name", "x", "--out", str(tmp_path / "x.yaml"))
+    assert rc == 2 and "lacks 2 of 6 points" in err and err.count("\n") == 1
+
+
+# -- rejected submissions ---------------------------------------------------------------
+
+def test_tampered_counts_fail_the_content_hash(tiny):
+    data = copy.deepcopy(tiny["sub"])
+    data["budgets"][0]["points"][0]["correct"] -= 1
+    path = _write(tiny, "tampered.yaml", data, rehash=False)
+    _reject(path, "content sha256 mismatch")
+    path.unlink()
+
+
+def test_tampered_config_fails_the_config_hash(tiny):
+    data = copy.deepcopy(tiny["sub"])
+    data["budgets"][0]["config"]["train"]["batch_size"] = 9  # sha recomputed, config hash not
+    path = _write(tiny, "tampered.yaml", data)
+    _reject(path, "config_hash does not match")
+    data = copy.deepcopy(tiny["sub"])
+    data["model"]["config"]["d_conv"] = 4
+    path = _write(tiny, "tampered.yaml", data)
+    _reject(path, "model.config_hash does not match")
+    path.unlink()
+
+
+def test_off_suite_and_missing_points(tiny):
+    data = copy.deepcopy(tiny["sub"])
+    data["budgets"][0]["points"].pop()
+    path = _write(tiny, "bad.yaml", data)
+    _reject(path, "missing")
+    data = copy.deepcopy(tiny["sub"])
+    data["budgets"][0]["points"][0]["seed"] = 7
+    path = _write(tiny, "bad.yaml", data)
+    _reject(path, "not a point of suite")
+    data = copy.deepcopy(tiny["sub"])  # one point with another model config
+    p = data["budgets"][0]["points"][1]
+    p["delta"] = {**p["delta"], "model": {"d_conv": 3}}
+    p["config_hash"] = lb.config_hash(lb.merge_config(data["budgets"][0]["config"], p["delta"]))
+    path = _write(tiny, "bad.yaml", data)
+    _reject(path, "model.d_conv differs between the points")
+    data = copy.deepcopy(tiny["sub"])  # a consistent config that departs from the recipe
+    b = data["budgets"][0]
+    for p in b["points"]:
+        full = lb.merge_config(b["config"], p.get("delta") or {})
+        full["train"]["max_steps"] = 5
+        p["config_hash"] = lb.config_hash(full)
+    b["config"]["train"]["max_steps"] = 5
+    path = _write(tiny, "bad.yaml", data)
+    _reject(path, "does not follow the suite: train.max_steps")
+    path.unlink()
+
+
+def test_fano_impossible_submission_is_rejected(tiny):
+    data = copy.deepcopy(tiny["sub"])
+    data["budgets"][0]["state_size"] = 1
+    data["budgets"][0]["state_bits"] = 1
+    path = _write(tiny, "leak.yaml", data)
+    msg = _reject(path, "IMPOSSIBLE")
+    assert "Fano" in msg
+    path.unlink()
+
+
+def test_python_tag_is_rejected(tiny):
+    raw = tiny["path"].read_text().replace("schema: recallbench.submission/1",
+                                           "schema: !!python/object/apply:os.system ['echo pwned']")
+    path = _write(tiny, "evil.yaml", None, raw=raw)
+    msg = _reject(path, "no Python tags")
+    assert "python/object" in msg
+    path.write_text("a: !!python/object:recallbench.leaderboard.Suite {}\n")
+    _reject(path, "no Python tags")
+    path.unlink()
+
+
+def test_aliases_malformed_and_non_mapping(tiny):
+    path = _write(tiny, "odd.yaml", None, raw="a: &x [1, 2]\nb: *x\n")
+    _reject(path, "aliases are not allowed")
+    path.write_text("schema: [unclosed\n")
+    _reject(path, "not valid YAML at line")
+    path.write_text("- just\n- a list\n")
+    _reject(path, "must be a mapping")
+    path.write_text("schema: a\nschema: b\n")
+    _reject(path, "duplicate key")
+    data = copy.deepcopy(tiny["sub"])
+    del data["environment"]
+    _write(tiny, "odd.yaml", data)
+    _reject(path, "missing field 'environment'")
+    path.unlink()
+
+
+def test_oversized_submission_is_rejected_before_parsing(tiny, monkeypatch):
+    path = tiny["suite_dir"] / "submissions" / "big.yaml"
+    path.write_text("x: " + "a" * (lb.MAX_BYTES + 10) + "\n")
+    parsed = []
+    real_load = lb.yaml.load
+
+    def spy(text, *a, **k):
+        parsed.append(text[:5])
+        return real_load(text, *a, **k)
+
+    monkeypatch.setattr(lb.yaml, "load", spy)
+    msg = _reject(path, "larger than the 1048576-byte limit")
+    assert "x: aa" not in parsed and "bytes" in msg  # only the suite was parsed
+    path.unlink()
+
+
+def test_paths_must_stay_inside_the_leaderboard(tiny, tmp_path):
+    outside = tmp_path / "elsewhere.yaml"
+    outside.write_text(tiny["path"].read_text())
+    _reject(outside, "submissions must live in")
+    # a file under the suite folder but not in submissions/
+    stray = tiny["suite_dir"] / "stray.yaml"
+    stray.write_text(tiny["path"].read_text())
+    _reject(stray, "submissions must live in")
+    _reject(stray, "not inside", suite_dir=tiny["suite_dir"])
+    stray.unlink()
+    for bad, match in [("../../etc/passwd", r"escapes the leaderboard folder \('\.\.'\)"),
+                       ("/etc/passwd", "absolute path"), ("C:/x", "absolute path")]:
+        data = copy.deepcopy(tiny["sub"])
+        data["artifacts"] = [bad]
+        path = _write(tiny, "paths.yaml", data)
+        _reject(path, match)
+    data = copy.deepcopy(tiny["sub"])
+    data["suite"] = "../tiny"
+    path = _write(tiny, "paths.yaml", data)
+    _reject(path, "not a plain name")
+    data = copy.deepcopy(tiny["sub"])
+    data["model"]["name"] = "../../x"
+    path = _write(tiny, "paths.yaml", data)
+    _reject(path, "not a plain name")
+    path.unlink()
+    with pytest.raises(ConfigError, match="not a plain name"):
+        lb.build_submission(tiny["suite"], [], "../escape")
+
+
+def test_validate_cli_reports_one_line_per_bad_file(tiny, cli):
+    data = copy.deepcopy(tiny["sub"])
+    data["budgets"][0]["points"][0]["total"] += 1
+    path = _write(tiny, "tampered.yaml", data, rehash=False)
+    rc, out, err = cli("leaderboard", "validate", str(path), str(tiny["path"]))
+    assert rc == 2
+    assert "INVALID" in out and "sha256 mismatch" in out and "ok " in out
+    assert err.strip() == "recallbench: error: 1 of 2 submission(s) invalid"
+    path.unlink()
+
+
+# -- verify -----------------------------------------------------------------------------
+
+def test_sample_points_is_deterministic(tiny):
+    a = lb.sample_points(tiny["sub"], 3)
+    b = lb.sample_points(copy.deepcopy(tiny["sub"]), 3)
+    assert [p["config_hash"] for _, p in a] == [p["config_hash"] for _, p in b]
+    assert len(a) == 3 and len(lb.sample_points(tiny["sub"], 99)) == 6
+
+
+def test_verify_agrees_and_catches_a_disagreement(tiny, cli):
+    rc, out, err = cli("leaderboard", "verify", str(tiny["path"]), "--sample", "2")
+    assert rc == 0, err
+    assert "verify ok: 2" in out
+    sub = copy.deepcopy(tiny["sub"])
+    for b in sub["budgets"]:
+        for p in b["points"]:
+            p["correct"] = p["correct"] // 2  # halve every claimed count
+    rows = lb.verify(sub, tiny["suite"], 1, runner=_run, log=lambda m: None)
+    assert len(rows) == 1 and not rows[0]["ok"]
+
+
+# -- render -----------------------------------------------------------------------------
+
+def test_render_and_check(tiny, cli):
+    d = tiny["suite_dir"]
+    rc, out, err = cli("leaderboard", "render", str(d), "--check")
+    assert rc == 1 and "stale" in out
+    rc, out, err = cli("leaderboard", "render", str(d))
+    assert rc == 0, err
+    readme = (d / "README.md").read_text()
+    assert "designed-ref" in readme and "N_f* per kbit" in readme and "acc N_f=8" in readme
+    png = d / lb.PLOT
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rc, out, _ = cli("leaderboard", "render", str(d), "--check")
+    assert rc == 0 and "up to date" in out
+    (d / "README.md").write_text(readme + "\nedited\n")
+    rc, out, _ = cli("leaderboard", "render", str(d), "--check")
+    assert rc == 1 and "stale" in out
+    (d / "README.md").write_text(readme)
+
+
+def test_leaderboard_rows_rank_by_capacity_per_bit(tiny):
+    a = copy.deepcopy(tiny["sub"])
+    b = copy.deepcopy(tiny["sub"])
+    b["model"]["name"] = "bigger-state"
+    b["budgets"][0]["state_size"] *= 4  # same capacity, four times the state
+    a["budgets"][0]["score"]["mean"]["capacity"] = 5.0
+    b["budgets"][0]["score"]["mean"]["capacity"] = 5.0
+    c = copy.deepcopy(a)
+    c["model"]["name"] = "attn"
+    c["budgets"][0]["state_size"] = None
+    rows = lb.leaderboard_rows(tiny["suite"], [(Path("b.yaml"), b), (Path("c.yaml"), c),
+                                               (Path("a.yaml"), a)])
+    assert [r["model"] for r in rows] == ["designed-ref", "bigger-state", "attn"]
+    text = lb.render_markdown(tiny["suite"], rows)
+    assert "grows with L" in text
+    png = lb.render_plot(tiny["suite"], rows, tiny["root"] / "plot.png")
+    assert png.stat().st_size > 1000
+
+
+def test_run_stores_a_crashing_point_as_failed_and_retries_it(tiny, tmp_path):
+    calls = []
+
+    def runner(cfg, progress=False):
+        calls.append(cfg.hash())
+        raise RuntimeError("boom\nsecond line")
+
+    store = tmp_path / "s"
+    counts = lb.run_suite(tiny["suite"], "designed", store, runner=runner, limit=2, log=lambda m: None)
+    assert counts["failed"] == 2 and counts["ran"] == 0 and len(calls) == 2
+    recs = lb.load_store_records([store])
+    assert [r["status"] for r in recs] == ["failed", "failed"]
+    assert recs[0]["error"] == "RuntimeError: boom"
+    counts = lb.run_suite(tiny["suite"], "designed", store, runner=runner, limit=1, log=lambda m: None)
+    assert counts["skipped"] == 0  # failed points are retried
+
+
+def test_run_cli_accepts_only_open_model_settings(tiny, cli):
+    base = ["leaderboard", "run", "--suite", str(tiny["suite_dir"]), "--adapter", "designed",
+            "--store", str(tiny["store"])]
+    rc, _, err = cli(*base, "--set", "train.lr=0.1")
+    assert rc == 2 and "only model.* settings" in err
+    rc, _, err = cli(*base, "--set", "model.d_state=4")
+    assert rc == 2 and "fixed by suite tiny" in err
+    rc, out, err = cli(*base)
+    assert rc == 0 and "6 skipped" in out
+
+
+# -- the committed leaderboards ----------------------------------------------------------
+
+COMMITTED = [p for d in lb.suite_dirs(REPO / "leaderboards") for p in lb.submission_files(d)]
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=[f"{p.parent.parent.name}/{p.name}" for p in COMMITTED])
+def test_committed_submission_is_valid(path):
+    sub, suite, _ = lb.validate_file(path)
+    assert sub["suite"] == suite.name == path.parent.parent.name
+
+
+@pytest.mark.parametrize("suite_dir", lb.suite_dirs(REPO / "leaderboards"),
+                         ids=lambda p: p.name)
+def test_committed_readme_is_not_stale(suite_dir):
+    fresh, msgs = lb.render(suite_dir, check=True)
+    assert fresh, "; ".join(msgs)
