@@ -273,7 +273,6 @@ class GLA(FlaAdapter):
     Options = GLAOptions
 
 
-
 @dataclasses.dataclass
 class DeltaNetOptions(BlockOptions):
     use_beta: bool = True
@@ -295,7 +294,6 @@ class DeltaNet(FlaAdapter):
     layer_module, layer_name = "fla.layers.delta_net", "DeltaNet"
     cpu_references = ("fla.ops.delta_rule.naive",)
     Options = DeltaNetOptions
-
 
 
 @dataclasses.dataclass
@@ -424,7 +422,6 @@ class RWKV6(FlaAdapter):
     cpu_references = ("fla.ops.rwkv6.recurrent_naive", "fla.modules.token_shift")
     Options = RWKV6Options
     has_short_conv = False
-
 
 
 def _feature_dim(feature_map, head_k_dim: int) -> int:

@@ -81,6 +81,18 @@ def _out_and_input_grad(fn, x):
     return y.detach(), g
 
 
+def _assert_swapped_matches(ours, ref, x):
+    """``ours`` under the CPU swap and the independent ``ref``: same outputs, same input grads."""
+    def run_ours(t):
+        with mamba_ssm_cpu.cpu_kernels():
+            return ours(t)
+
+    y1, g1 = _out_and_input_grad(run_ours, x)
+    y2, g2 = _out_and_input_grad(ref, x)
+    torch.testing.assert_close(y1, y2, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(g1, g2, rtol=1e-4, atol=1e-5)
+
+
 # -- (0) imports and options -------------------------------------------------------------
 
 def test_adapters_import_and_report_without_mamba_ssm():
@@ -133,15 +145,7 @@ def test_mamba_matches_transformers_mamba_mixer():
     ref = hf_mamba.MambaMixer(cfg, layer_idx=0)
     _copy_by_name(ours, ref)  # same parameterisation: in_proj, conv1d, x_proj, dt_proj, A_log, D, out_proj
     x = torch.randn(2, 21, 16, generator=torch.Generator().manual_seed(2))
-
-    def run_ours(t):
-        with mamba_ssm_cpu.cpu_kernels():
-            return ours(t)
-
-    y1, g1 = _out_and_input_grad(run_ours, x)
-    y2, g2 = _out_and_input_grad(ref, x)
-    torch.testing.assert_close(y1, y2, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(g1, g2, rtol=1e-4, atol=1e-5)
+    _assert_swapped_matches(ours, ref, x)
 
 
 @needs_mamba
@@ -167,15 +171,7 @@ def test_mamba2_matches_transformers_mamba2_mixer(ngroups, mem_eff):
     ref = hf_mamba2.Mamba2Mixer(cfg, layer_idx=0)
     _copy_by_name(ours, ref)
     x = torch.randn(2, 21, d, generator=torch.Generator().manual_seed(4))  # 21: not a chunk multiple
-
-    def run_ours(t):
-        with mamba_ssm_cpu.cpu_kernels():
-            return ours(t)
-
-    y1, g1 = _out_and_input_grad(run_ours, x)
-    y2, g2 = _out_and_input_grad(ref, x)
-    torch.testing.assert_close(y1, y2, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(g1, g2, rtol=1e-4, atol=1e-5)
+    _assert_swapped_matches(ours, ref, x)
 
 
 @needs_mamba
