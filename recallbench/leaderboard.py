@@ -58,6 +58,7 @@ import yaml
 
 from .config import SECTIONS, UNHASHED, config_hash
 from .errors import ConfigError
+from .store import Store, read_store
 
 SUITE_SCHEMA = "recallbench.suite/1"
 SUBMISSION_SCHEMA = "recallbench.submission/1"
@@ -342,68 +343,11 @@ def load_suite(path: str | Path) -> Suite:
 
 # -- running a suite into a store -------------------------------------------------------
 
-class _PlainStore:
-    """Fallback writer (used only if :mod:`recallbench.store` is missing): append + fsync."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-
-    def __enter__(self):
-        self.path.mkdir(parents=True, exist_ok=True)
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def append(self, record: Mapping) -> None:
-        line = json.dumps(record, sort_keys=False, separators=(",", ":"), default=str) + "\n"
-        with open(self.path / "results.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
-
-
-def _open_store(path: Path):
-    try:
-        from .store import Store
-    except ImportError:
-        return _PlainStore(path)
-    return Store(path)
-
-
-def store_record_files(path: str | Path) -> list[Path]:
-    """The record files of a store directory (results.jsonl and shards); [] if none."""
-    path = Path(path)
-    if not path.is_dir():
-        return []
-    try:
-        from .store import store_files
-
-        return list(store_files(path))
-    except ImportError:
-        return sorted(path.glob("results*.jsonl"))
-
-
 def load_store_records(paths: Iterable[str | Path]) -> list[dict]:
-    """Records of stores (all their files) and of .jsonl/.json files, via scorer.load_records."""
+    """Records of stores (all their files) and of .jsonl/.json files (scorer.load_records)."""
     from .scorer import load_records
 
-    files: list[Path] = []
-    for raw in paths:
-        p = Path(raw)
-        found = store_record_files(p) if p.is_dir() else []
-        files += found or [p]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_records(files)
-
-
-def _existing_ok_hashes(store: Path) -> set[str]:
-    files = store_record_files(store)
-    if not files:
-        return set()
-    recs = load_store_records(files)
-    return {r.get("config_hash") for r in recs if r.get("status") == "ok"}
+    return load_records(list(paths))
 
 
 def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Mapping | None = None,
@@ -425,7 +369,7 @@ def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Map
     if not ok:
         raise UnavailableError(f"adapter {adapter} cannot run here: {why}")
     store = Path(store)
-    done = _existing_ok_hashes(store)
+    done = read_store(store).hashes("ok") if Path(store).exists() else set()
     todo = []
     for p in suite.points():
         cfg = resolve(suite.point_config(adapter, p, model_extra))
@@ -439,7 +383,7 @@ def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Map
         f"{counts['skipped']} already in {store}, {len(todo)} to run")
     if not todo:
         return counts
-    with _open_store(store) as out:
+    with Store(store) as out:
         for i, (p, cfg) in enumerate(todo, 1):
             t0 = time.perf_counter()
             try:
@@ -1026,7 +970,6 @@ def render_plot(suite: Suite, rows: list[dict], path: Path) -> Path:
     cmap = plt.get_cmap("viridis")
     colors = {nf: cmap(i / max(1, len(nfs) - 1)) for i, nf in enumerate(nfs)}
     xs = np.logspace(math.log10(xmin), math.log10(xmax), 400)
-    delta = suite.scoring["delta"]
     for nf in nfs:
         # Lem 4.5: accuracy p needs b·S >= p·N_f·log2(V/2) − 1, so p <= (b·S + 1)/(N_f·log2 V_v)
         bound = np.minimum(1.0, (xs + 1) / (nf * log2vv))

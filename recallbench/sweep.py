@@ -50,7 +50,7 @@ OPS: dict[str, Callable[[Any, Any], bool]] = {
     "<": operator.lt, ">": operator.gt,
 }
 _KEY = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+"
-_COND = re.compile(rf"^\s*(\S+?)\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
+_COND = re.compile(r"^\s*(\S+?)\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
