@@ -72,7 +72,7 @@ from .registry import ADAPTERS
 from .result import failed_record, make_record
 from .schedule import warmup_flat_cosine
 from .task import IGNORE
-from .train import build_model, cpu_threads, pick_device
+from .train import TINY_CHANNELS, build_model, cpu_threads, pick_device
 
 #: train keys that may differ between the members of one ensemble
 MEMBER_KEYS = ("seed", "lr", "weight_decay", "label_smoothing", "grad_clip", "early_stop")
@@ -129,15 +129,18 @@ def _first_difference(a: RunConfig, b: RunConfig) -> str:
 
 
 def ensemble_threads(cfgs: Sequence[RunConfig]) -> int:
-    """CPU threads for an ensemble: the first config's ``train.threads``, else 1.
+    """CPU threads for an ensemble: the first config's ``train.threads``, else the harness's
+    rule (:data:`recallbench.train.TINY_CHANNELS`) applied to the batched width K·expand·D.
 
-    Measured (benchmarks/bench_ensemble.py, Table-8 model, K = 8, a 2-core machine shared
-    with other jobs): 2 threads were 2-2.3x slower than 1 for the batched model, as for
-    single tiny runs (``train.pick_threads``); set ``train.threads`` on an idle machine.
+    Measured (benchmarks/bench_ensemble.py, Table-8 model, K = 8, 2 cores): on an idle
+    machine 2 threads ran the batched model 1.8x faster than 1 thread; on a machine shared
+    with other jobs 2 threads were 2-2.3x slower, so set ``train.threads: 1`` (or
+    ``--threads-per-worker 1``) when the cores are busy.
     """
     if cfgs[0].train.threads is not None:
         return cfgs[0].train.threads
-    return 1
+    width = len(cfgs) * cfgs[0].model.expand * cfgs[0].model.d_model
+    return 1 if width <= TINY_CHANNELS else torch.get_num_threads()
 
 
 # -- the functional, batched model ------------------------------------------------------
