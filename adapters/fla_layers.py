@@ -55,7 +55,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from recallbench.adapter import Adapter
+from recallbench.adapter import Adapter, PreNormResidual
 from recallbench.fields import check_range, fail, from_mapping
 from recallbench.registry import ADAPTERS
 
@@ -92,21 +92,16 @@ class BlockOptions:
 _BLOCK_FIELDS = {f.name for f in dataclasses.fields(BlockOptions)}
 
 
-class FlaBlock(nn.Module):
+class FlaBlock(PreNormResidual):
     """``x + mixer(norm(x))``, then optionally ``x + mlp(mlp_norm(x))`` (fla's block layout)."""
 
     def __init__(self, mixer: nn.Module, d_model: int, eps: float, mlp: nn.Module | None = None):
-        super().__init__()
-        self.attn_norm = nn.RMSNorm(d_model, eps=eps)
-        self.attn = mixer
+        super().__init__(mixer, d_model, norm="rms", eps=eps)
         self.mlp_norm = nn.RMSNorm(d_model, eps=eps) if mlp is not None else None
         self.mlp = mlp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, L, D)
-        out = self.attn(self.attn_norm(x))
-        if isinstance(out, tuple):  # fla layers return (output, attentions, cache)
-            out = out[0]
-        x = x + out
+        x = super().forward(x)
         if self.mlp is not None:
             x = x + self.mlp(self.mlp_norm(x))
         return x

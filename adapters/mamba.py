@@ -39,8 +39,7 @@ class MixerBlock(PreNormResidual):
     """``x + mixer(RMSNorm(x))`` (mamba-ssm's Block without MLP), run with the CPU references on CPU."""
 
     def __init__(self, mixer: nn.Module, d_model: int, eps: float = NORM_EPS):
-        super().__init__(mixer, d_model, norm="rms")
-        self.norm.eps = eps
+        super().__init__(mixer, d_model, norm="rms", eps=eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, L, D)
         with mamba_ssm_cpu.kernels_for(x.device):

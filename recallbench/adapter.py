@@ -85,9 +85,10 @@ class Adapter:
 class PreNormResidual(nn.Module):
     """``x + mixer(norm(x))``: how mamba-ssm and fla stack their layers."""
 
-    def __init__(self, mixer: nn.Module, d_model: int, norm: str = "rms"):
+    def __init__(self, mixer: nn.Module, d_model: int, norm: str = "rms", eps: float | None = None):
         super().__init__()
-        self.norm = nn.RMSNorm(d_model) if norm == "rms" else nn.LayerNorm(d_model)
+        kw = {} if eps is None else {"eps": eps}
+        self.norm = nn.RMSNorm(d_model, **kw) if norm == "rms" else nn.LayerNorm(d_model, **kw)
         self.mixer = mixer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, L, D)

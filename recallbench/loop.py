@@ -39,18 +39,3 @@ def train_steps(model: nn.Module, task: Task, steps: int, batch_size: int = 32,
         opt.step()
         losses.append(loss.item())
     return losses
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
-             batch_size: int = 256) -> tuple[int, int]:
-    """(correct, total) top-1 over labelled positions of a fixed set."""
-    model.eval()
-    correct = total = 0
-    for i in range(0, len(inputs), batch_size):
-        x, y = inputs[i:i + batch_size], targets[i:i + batch_size]
-        pred = model(x.to(next(model.buffers(), next(model.parameters())).device)).argmax(-1).cpu()
-        mask = y != IGNORE
-        correct += int((pred[mask] == y[mask]).sum())
-        total += int(mask.sum())
-    return correct, total

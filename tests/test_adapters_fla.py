@@ -209,7 +209,7 @@ def test_state_size_from_built_layers(name):
     adapter = ADAPTERS.get(name)(_cfg(name, n_layers=2))
     probed = adapter.state_size()  # before building: from a probe layer
     blocks = adapter.build_blocks(torch.device("cpu"))
-    layers = [b.attn for b in blocks]
+    layers = [b.mixer for b in blocks]
     assert len(layers) == 2 and all(type(m).__name__ == adapter.layer_name for m in layers)
     from_attrs = sum(LAYER_STATE[name](m) for m in layers)
     assert adapter.state_size() == probed == from_attrs == adapter.formula_state() == EXPECTED[name]
