@@ -31,8 +31,7 @@ def causal_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if form == "chunked" or (form == "auto" and L > chunk_size):
         return _chunked(q, k, v, chunk_size)
     scores = q @ k.transpose(-1, -2)  # (B, M, L, L): ⟨k_τ, q_t⟩
-    mask = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
-    return scores.masked_fill(~mask, 0.0) @ v
+    return scores.tril() @ v  # causal: keep τ ≤ t (one pass; masked_fill copies, then fills)
 
 
 def _chunked(q, k, v, c):
@@ -43,8 +42,7 @@ def _chunked(q, k, v, c):
         q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
     n = (L + pad) // c
     qc, kc, vc = (t.reshape(B, M, n, c, t.shape[-1]) for t in (q, k, v))
-    mask = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
-    intra = (qc @ kc.transpose(-1, -2)).masked_fill(~mask, 0.0) @ vc  # (B, M, n, c, P)
+    intra = (qc @ kc.transpose(-1, -2)).tril() @ vc  # (B, M, n, c, P)
     chunk_state = kc.transpose(-1, -2) @ vc  # (B, M, n, N, P): Σ_τ k_τ v_τᵀ within a chunk
     before = chunk_state.cumsum(dim=2) - chunk_state  # state entering each chunk
     inter = qc @ before  # (B, M, n, c, P)
