@@ -66,6 +66,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from .config import RunConfig, resolve
 from .data import TEST_STREAM, TRAIN_STREAM, VAL_STREAM, fixed_set, make_generator
+from .linear_ce import linear_cross_entropy
 from .errors import ConfigError, UnavailableError
 from .model import RecallModel
 from .registry import ADAPTERS
@@ -168,10 +169,13 @@ class _Functional:
             h = functional_call(block, self._sub(state, f"blocks.{i}."), (h,))
         return h
 
+    def normed_one(self, params, buffers, h):
+        state = {**params, **buffers}
+        return functional_call(self.base.norm, self._sub(state, "norm."), (h,))
+
     def readout_one(self, params, buffers, h):
         state = {**params, **buffers}
-        h = functional_call(self.base.norm, self._sub(state, "norm."), (h,))
-        return h @ state["embedding.weight"].t()
+        return self.normed_one(params, buffers, h) @ state["embedding.weight"].t()
 
     def hidden(self, params, buffers, tokens, shared_tokens: bool = False):
         """tokens (K, B, L) (or (B, L) shared by all members) -> h (K, B, L, D)."""
@@ -181,6 +185,13 @@ class _Functional:
     def readout(self, params, buffers, h):
         """h (K, Q, D) -> logits (K, Q, V)."""
         return vmap(self.readout_one)(params, buffers, h)
+
+    def loss(self, params, buffers, h, answers, weights, smoothing):
+        """Per-member loss of h (K, Q, D): the final norm, then the tied logits and the
+        label-smoothed cross-entropy fused and blocked (:mod:`recallbench.linear_ce`)."""
+        normed = vmap(self.normed_one)(params, buffers, h)
+        W = {**params, **buffers}["embedding.weight"]
+        return linear_cross_entropy(normed, W, answers, weights, smoothing)
 
 
 def _labelled(h: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -192,19 +203,13 @@ def _labelled(h: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.
     return h.flatten(1, 2), mask.flatten(1)
 
 
-def _member_loss(logits: torch.Tensor, answers: torch.Tensor, smoothing: torch.Tensor,
-                 keep: torch.Tensor | None) -> torch.Tensor:
-    """Per-member mean cross-entropy with label smoothing (PyTorch's definition):
-    (1 − ε)·(−log p_y) + ε·mean_c(−log p_c).  logits (K, Q, V), answers (K, Q)."""
-    logp = logits.float().log_softmax(-1)
-    nll = -logp.gather(-1, answers.clamp_min(0).unsqueeze(-1)).squeeze(-1)
-    smooth = -logp.mean(-1)
-    eps = smoothing[:, None]
-    per = (1.0 - eps) * nll + eps * smooth
+def _query_weights(answers: torch.Tensor, keep: torch.Tensor | None):
+    """answers clamped into range, and per-query weights that make each member's loss the
+    mean over its labelled positions (``keep``: which entries are labelled; None: all)."""
     if keep is None:
-        return per.mean(-1)
-    keep = keep.to(per.dtype)
-    return (per * keep).sum(-1) / keep.sum(-1).clamp_min(1.0)
+        return answers, torch.full(answers.shape, 1.0 / answers.shape[1], device=answers.device)
+    keep = keep.float()
+    return answers.clamp_min(0), keep / keep.sum(-1, keepdim=True).clamp_min(1.0)
 
 
 # -- the ensemble ------------------------------------------------------------------------
@@ -351,10 +356,10 @@ class _Ensemble:
             h = self.fn.hidden(p, fixed, x)
             mask = y != IGNORE
             hs, keep = _labelled(h, mask)
-            logits = self.fn.readout(p, fixed, hs)
             answers = y[mask].view(len(members), -1) if keep is None else y.flatten(1)
+            answers, weights = _query_weights(answers, keep)
             sm = smoothing if full else smoothing[idx]
-            loss = _member_loss(logits, answers, sm, keep)
+            loss = self.fn.loss(p, fixed, hs, answers, weights, sm)
             grads = torch.autograd.grad(loss.sum(), [p[n] for n in self.names])
             for v in p.values():
                 v.requires_grad_(False)
