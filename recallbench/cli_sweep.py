@@ -3,7 +3,12 @@
     recallbench sweep SWEEP.yaml --store DIR [--shard I/N] [--executor inprocess|processes|ray]
                       [--workers K] [--address ADDR] [--threads-per-worker T] [--ensemble K]
                       [--dry-run] [--limit N] [--no-retry-failed]
+    recallbench sweep SWEEP.yaml --store DIR --adaptive [--tol 0.1] [--max-runs 40]
+                      [--stop interval|stable|either]
     recallbench sweep --merge SRC [SRC ...] --store DST
+
+``--adaptive`` runs a theory-guided search over the sweep's D × N cells instead of all of
+them (:mod:`recallbench.adaptive_sweep`); its runs go through the store the same way.
 
 A rerun skips the points the store already holds as ok (failed ones are retried unless
 ``--no-retry-failed``).  Exit status: 0 when every point ran ok (or was done before), 1
@@ -25,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 "--executor processes --workers 2\n"
                 "  recallbench sweep SWEEP.yaml --store shared/st --shard 3/8   "
                 "# one job of an array of 8\n"
+                "  recallbench sweep sweeps/cpu/dn_mqar.yaml --store stores/dn_adaptive --adaptive\n"
                 "  recallbench sweep --merge other_store more.jsonl --store stores/dn_mqar")
     p.add_argument("sweep", nargs="?", help="sweep YAML: base (a run config), axes, zip, skip, where")
     p.add_argument("--store", help="result store directory (created if missing)")
@@ -46,6 +52,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="list the points and skip counts (and their state in --store); run nothing")
     p.add_argument("--no-retry-failed", dest="retry_failed", action="store_false",
                    help="do not rerun points recorded as failed")
+    p.add_argument("--adaptive", action="store_true",
+                   help="theory-guided search over the sweep's D x N cells: place runs near the "
+                        "predicted phase boundary until a is pinned down (see --tol, --stop)")
+    p.add_argument("--tol", type=float, default=0.10,
+                   help="--adaptive: relative precision of a to stop at (default 0.10)")
+    p.add_argument("--max-runs", type=int, default=40, metavar="N",
+                   help="--adaptive: run at most N cells (default 40)")
+    p.add_argument("--stop", choices=["interval", "stable", "either"], default="either",
+                   help="--adaptive: stop when a's 95%% CI is within ±tol (interval), when three "
+                        "consecutive fits agree within tol/2 (stable), or at the first of the two "
+                        "(either, the default)")
     p.add_argument("--merge", nargs="+", metavar="SRC",
                    help="merge these stores (directories or .jsonl files) into --store and exit")
 
@@ -82,6 +99,14 @@ def command(args) -> int:
                               f"{0 if flag == '--limit' else 1}")
     if args.address and args.executor != "ray":
         raise ConfigError("--address is for --executor ray")
+    if args.adaptive:
+        if args.shard or args.ensemble or args.limit is not None:
+            raise ConfigError("--adaptive chooses its own runs: it does not combine with "
+                              "--shard, --ensemble or --limit")
+        if not 0.0 < args.tol < 1.0:
+            raise ConfigError(f"--tol {args.tol} is not allowed: must be in (0, 1)")
+        if args.max_runs < 2:
+            raise ConfigError(f"--max-runs {args.max_runs} is not allowed: must be >= 2")
     shard = parse_shard(args.shard)
     sweep = load_sweep(args.sweep)
     exp = sweep.expand()  # every point resolved: a bad value stops here, before any work
@@ -101,15 +126,27 @@ def command(args) -> int:
     _check_available(points, args.executor)
     from .executors import make_executor, run_sweep
 
+    if args.adaptive:
+        from .adaptive_sweep import candidates
+
+        candidates(points)  # a sweep the search cannot use stops here, before any work
     executor = make_executor(args.executor, workers=args.workers, address=args.address,
                              threads=args.threads_per_worker, ensemble=bool(args.ensemble))
+    echo = lambda line: print(line, flush=True)  # noqa: E731
     try:
         st = store_mod.Store(args.store, shard)
         st.open()  # takes the writer lock: a second driver on the same file stops here
         try:
-            counts = run_sweep(points, st, executor, retry_failed=args.retry_failed,
-                               limit=args.limit, ensemble=args.ensemble,
-                               echo=lambda line: print(line, flush=True), header=header)
+            if args.adaptive:
+                from .adaptive_sweep import run_adaptive
+
+                counts = run_adaptive(points, st, executor, tol=args.tol,
+                                      max_runs=args.max_runs, stop=args.stop, echo=echo,
+                                      header=header)["counts"]
+            else:
+                counts = run_sweep(points, st, executor, retry_failed=args.retry_failed,
+                                   limit=args.limit, ensemble=args.ensemble, echo=echo,
+                                   header=header)
         finally:
             st.close()
     finally:

@@ -90,3 +90,80 @@ def test_designed_adapter_end_to_end():
     # the paper's a for the designed model places the first round
     assert out["history"][0]["placed_with"]["a"] == theory.coefficient_a("designed", "mqar")
     assert math.isfinite(out["a"]) and 0.5 < out["a"] < 20
+
+
+def overdispersed(a, b, total=4096, scatter=0.15):
+    """Like ``simulated`` but each cell's recall is off the law by a fixed, cell-seeded
+    probit shift (sd ``scatter``): what trained runs look like (dispersion in the hundreds)."""
+    def runner(cfg):
+        d, n = cfg["model"]["d_model"], cfg["model"]["d_state"]
+        rng = np.random.default_rng([d, n, 7])
+        p = special.ndtr(math.sqrt(n * d / (a * NF + n)) - b + scatter * rng.standard_normal())
+        k = int(rng.binomial(total, p))
+        return {"status": "ok", "correct": k, "total": total,
+                "config": {"model": {"d_model": d, "d_state": n, "n_layers": 1},
+                           "task": {"num_facts": NF, "vocab_size": V}}}
+    return runner
+
+
+def test_stable_rule_stops_overdispersed_data_the_interval_rule_cannot():
+    a_true, b_true = 1.25, theory.m_v(V)
+    full = fit_records([overdispersed(a_true, b_true)(cell_config(BASE, d, n))
+                        for d, n in GRID if n <= d])
+    assert full.dispersion > 20  # far from binomial, like trained runs
+    kw = dict(max_runs=40, batch=4, runner=overdispersed(a_true, b_true))
+    interval = adaptive_search(BASE, GRID, stop="interval", **kw)
+    stable = adaptive_search(BASE, GRID, stop="stable", **kw)
+    either = adaptive_search(BASE, GRID, stop="either", **kw)
+    assert interval["stopped"] == "budget" and interval["runs"] == 40
+    assert stable["stopped"] == "stable" and 12 <= stable["runs"] < 40
+    assert either["runs"] == stable["runs"] and either["stopped"] == "stable"
+    last3 = [h["a"] for h in stable["history"][-3:]]
+    assert max(abs(x - last3[-1]) for x in last3) <= 0.05 * last3[-1]
+    assert abs(stable["a"] - full.a) / full.a < 0.15
+
+
+def test_bad_stop_rule_is_refused():
+    with pytest.raises(ValueError, match="stop must be one of interval, stable, either"):
+        adaptive_search(BASE, GRID, runner=simulated(1.25, 2.0), stop="never")
+
+
+def test_adaptive_sweep_runs_through_the_store_and_resumes(cli, tmp_path):
+    import json
+
+    import yaml
+
+    sweep = {"base": {"task": {"name": "mqar", "vocab_size": 64, "seq_len": 32, "num_facts": 8},
+                      "model": {"adapter": "designed"},
+                      "train": {"test_size": 128, "val_size": 8, "progress": False}},
+             "axes": {"model.d_model": [4, 6, 8, 12, 16, 24, 32],
+                      "model.d_state": [1, 2, 3, 4, 6, 8, 12, 16]},
+             "skip": {"n_gt_d": True}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(sweep))
+    rc, out, err = cli("sweep", "s.yaml", "--store", "st", "--adaptive", "--max-runs", "8")
+    assert rc == 0, err
+    assert "adaptive search over 46 cells" in out and "round 0:" in out
+    lines = (tmp_path / "st" / "results.jsonl").read_text().splitlines()
+    summary = json.loads((tmp_path / "st" / "adaptive.json").read_text())
+    assert len(lines) == summary["runs"] == summary["ran"] <= 8 and summary["served"] == 0
+    # a rerun replays the same choices from the store: nothing runs twice
+    rc, out, err = cli("sweep", "s.yaml", "--store", "st", "--adaptive", "--max-runs", "8")
+    assert rc == 0, err
+    again = json.loads((tmp_path / "st" / "adaptive.json").read_text())
+    assert again["ran"] == 0 and again["served"] == summary["runs"]
+    assert again["a"] == summary["a"] and again["cells"] == summary["cells"]
+    assert len((tmp_path / "st" / "results.jsonl").read_text().splitlines()) == len(lines)
+
+
+def test_adaptive_sweep_refuses_other_axes(cli, tmp_path):
+    import yaml
+
+    sweep = {"base": {"task": {"name": "mqar", "vocab_size": 64, "seq_len": 32, "num_facts": 8},
+                      "model": {"adapter": "designed"}, "train": {"progress": False}},
+             "axes": {"model.d_model": [4, 8], "model.d_state": [2, 4], "train.seed": [0, 1]}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(sweep))
+    rc, out, err = cli("sweep", "s.yaml", "--store", "st", "--adaptive")
+    assert rc == 2 and "axis train.seed takes several values" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "st").exists()
+    rc, out, err = cli("sweep", "s.yaml", "--store", "st", "--adaptive", "--tol", "2")
+    assert rc == 2 and "--tol 2" in err and "(0, 1)" in err
