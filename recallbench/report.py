@@ -326,6 +326,49 @@ def collapse_figure(group: Mapping):
     return fig
 
 
+def exchange_figure(group: Mapping, num_facts, seq_len, d_model):
+    """Thm 4.6's exchange: accuracy against N_eff = Λ·N, one line per Λ (best of seeds),
+    beside the law at N_eff (eq. 19 with the paper's a, and the fitted collapse).  If Λ
+    layers of state N recall like one layer of state Λ·N, the lines lie on one curve."""
+    cells = [c for c in group["cells"] if c["num_facts"] == num_facts and c["seq_len"] == seq_len
+             and c["d_model"] == d_model and c.get("best") and c.get("d_state") is not None]
+    layers = sorted({c["n_layers"] for c in cells})
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=110)
+    n_eff_all = [c["n_layers"] * c["d_state"] for c in cells]
+    grid = np.geomspace(min(n_eff_all) / 1.2, max(n_eff_all) * 1.2, 200)
+    vocab = group["task"].get("vocab_size")
+    a = group.get("paper_a")
+    if a is not None and vocab:
+        x = np.asarray(theory.inverse_sigma(num_facts, d_model, grid, a, 1), float)
+        ax.plot(grid, theory.recall_from_inverse_sigma(x, vocab, "eq19"), color="0.35", ls="--",
+                lw=1.5, label=f"paper: eq. 19 at N_eff, a = {a:.3g}")
+    f = (group.get("collapse") or {}).get("best") or {}
+    if f.get("a") is not None:
+        x = np.asarray(theory.inverse_sigma(num_facts, d_model, grid, f["a"], 1), float)
+        ax.plot(grid, special.ndtr(x - f["b"]), color="0.1", lw=1.5,
+                label=f"fitted collapse at N_eff: a = {f['a']:.3g}, b = {f['b']:.3g}")
+    for i, lam in enumerate(layers):
+        mine = sorted((c for c in cells if c["n_layers"] == lam), key=lambda c: c["d_state"])
+        n_eff = np.array([lam * c["d_state"] for c in mine], float)
+        acc = np.array([c["best"]["accuracy"] for c in mine])
+        lo = np.array([c["best"]["ci"][0] for c in mine])
+        hi = np.array([c["best"]["ci"][1] for c in mine])
+        ax.errorbar(n_eff, acc, yerr=[acc - lo, hi - acc], color=f"C{i}", marker="os^Dv<>p"[i % 8],
+                    ms=5, lw=1.2, capsize=2, label=f"Λ = {lam} (N = {', '.join(str(c['d_state']) for c in mine)})")
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(n_eff_all))
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.set_xlabel("N_eff = Λ·N (log2 scale)")
+    ax.set_ylabel("measured accuracy (best of seeds, 95% CI)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7.5, loc="upper left")
+    ax.set_title(f"{_title(group)}\nN × Λ exchange at D={d_model}, N_f={num_facts}, L={seq_len}: "
+                 f"Λ layers vs one layer with N_eff = Λ·N", fontsize=9.5)
+    fig.tight_layout()
+    return fig
+
+
 def _save(fig, path: Path) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, bbox_inches="tight")
@@ -334,7 +377,8 @@ def _save(fig, path: Path) -> str:
 
 
 def write_figures(report: Mapping, out_dir: str | Path) -> list[str]:
-    """Every heatmap (one per group and (N_f, L, Λ) slice with ≥ 2 cells) and collapse plot."""
+    """Every heatmap (one per group and (N_f, L, Λ) slice with ≥ 2 cells), collapse plot,
+    and N × Λ exchange plot (one per (N_f, L, D) slice with ≥ 2 values of Λ)."""
     out = Path(out_dir)
     written = []
     for g in report.get("groups", []):
@@ -348,6 +392,14 @@ def write_figures(report: Mapping, out_dir: str | Path) -> list[str]:
                 continue
             fig = heatmap_figure(g, nf, sl, lam)
             written.append(_save(fig, out / f"heatmap_{g['slug']}_nf{nf}_L{sl}_l{lam}.png"))
+        layers: dict[tuple, set] = {}
+        for c in g["cells"]:
+            if c.get("best") and c.get("d_state") is not None and c.get("d_model") is not None:
+                layers.setdefault((c["num_facts"], c["seq_len"], c["d_model"]), set()).add(c["n_layers"])
+        for (nf, sl, d), lams in sorted(layers.items(), key=lambda t: tuple(x or 0 for x in t[0])):
+            if len(lams) >= 2:
+                fig = exchange_figure(g, nf, sl, d)
+                written.append(_save(fig, out / f"exchange_{g['slug']}_nf{nf}_L{sl}_d{d}.png"))
         col = (g.get("collapse") or {}).get("best") or {}
         if col.get("a") is not None:
             written.append(_save(collapse_figure(g), out / f"collapse_{g['slug']}.png"))

@@ -226,3 +226,20 @@ def test_cli_theory_bad_flags(argv, flag):
         cli_theory.command(parse(cli_theory, argv))
     message = str(info.value)
     assert message.startswith(flag) and "\n" not in message
+
+
+def test_layer_study_gets_an_exchange_figure(tmp_path, report):
+    # the fixture's groups are one-layer: no exchange figure there
+    assert not any("exchange_" in p for p in scorer.write_report(report, tmp_path / "one")["figures"])
+    rng = np.random.default_rng(3)
+    b = math.sqrt(2 * math.log(512))
+    recs = [make_record("linear-mamba", 16, n, 0,
+                        float(special.ndtr(math.sqrt(lam * n * 16 / (1.25 * 32 + lam * n)) - b)),
+                        rng=rng, n_layers=lam)
+            for lam in (1, 2, 4) for n in (2, 4, 8)]
+    written = scorer.write_report(scorer.score(recs), tmp_path / "layers")
+    names = [p.split("/")[-1] for p in written["figures"]]
+    exchange = [n for n in names if n.startswith("exchange_linear-mamba")]
+    assert exchange == [n for n in names if "_d16" in n and n.startswith("exchange_")]
+    assert len(exchange) == 1
+    check_png(next(p for p in written["figures"] if p.endswith(exchange[0])))
