@@ -1,8 +1,10 @@
 """``recallbench sweep SWEEP.yaml --store DIR --adaptive``: a theory-guided search over a
 sweep's D × N cells, through the result store.
 
-The sweep's points are the candidates: they must differ only in ``model.d_model`` and
-``model.d_state`` (one task, one adapter, one seed, ...).  :func:`recallbench.adaptive.
+The sweep's points are the candidates: they must differ only in ``model.d_model``,
+``model.d_state`` and ``train.seed`` (one task, one adapter, ...).  A cell's result is the
+best of its seeds (the paper's convention, which discards runs whose optimisation failed);
+``--ensemble K`` trains a cell's seeds as one batched model.  :func:`recallbench.adaptive.
 adaptive_search` picks each round's cells; every run goes through the store exactly as a
 plain sweep's points do (appended and flushed as it finishes, keyed by its config hash),
 and a cell the store already holds as ok is served from it instead of run.  The search
@@ -23,73 +25,91 @@ from .errors import ConfigError
 from .result import failed_record
 
 SEARCH_AXES = ("model.d_model", "model.d_state")
+SEED_AXIS = "train.seed"
 
 
-def candidates(points: list) -> tuple[dict, dict[tuple[int, int], Any]]:
-    """The base config and {(D, N): point} of a sweep's points; ConfigError when they
-    differ in anything but D and N."""
+def candidates(points: list) -> tuple[dict, dict[tuple[int, int], list]]:
+    """The base config and {(D, N): [the cell's points, one per seed]} of a sweep's points;
+    ConfigError when they differ in anything but D, N and the seed."""
     if not points:
         raise ConfigError("--adaptive: the sweep has no points to search")
     varying = sorted({k for p in points for k, v in p.axes.items()
-                      if k not in SEARCH_AXES and v != points[0].axes.get(k)})
+                      if k not in SEARCH_AXES + (SEED_AXIS,) and v != points[0].axes.get(k)})
     if varying:
-        raise ConfigError(f"--adaptive searches {' × '.join(SEARCH_AXES)} only; axis "
-                          f"{varying[0]} takes several values: run one sweep per value")
-    cells = {}
+        raise ConfigError(f"--adaptive searches {' × '.join(SEARCH_AXES)} (best of "
+                          f"{SEED_AXIS}) only; axis {varying[0]} takes several values: run one "
+                          f"sweep per value")
+    cells: dict[tuple[int, int], list] = {}
     for p in points:
         m = p.config["model"]
-        cells.setdefault((int(m["d_model"]), int(m["d_state"])), p)
+        cells.setdefault((int(m["d_model"]), int(m["d_state"])), []).append(p)
     if len({(d, n) for d, n in cells if n <= d}) < 2:
         raise ConfigError("--adaptive needs at least 2 cells with model.d_state <= "
                           "model.d_model among the sweep's points")
     return points[0].config, cells
 
 
+def best_of_seeds(records: list[dict]) -> dict:
+    """The ok record with the highest accuracy (ties: the lowest seed); the first record
+    when none is ok."""
+    ok = [r for r in records if r.get("status") == "ok"]
+    if not ok:
+        return records[0]
+    return max(ok, key=lambda r: (r.get("accuracy", -1.0), -int(r.get("seed") or 0)))
+
+
 def run_adaptive(points: list, store, executor, *, tol: float = 0.10, max_runs: int = 40,
                  batch: int | None = None, stop: str = "either",
                  echo: Callable[[str], None] = print, header: str = "") -> dict[str, Any]:
-    """Run the search; returns adaptive_search's result (records, fit, history, ...)."""
+    """Run the search; returns adaptive_search's result (records: each chosen cell's best of
+    seeds, fit, history, ...) plus ``counts`` (runs ran, served from the store, failed).
+    ``max_runs`` counts cells."""
     from .adaptive import adaptive_search
 
     base, cells = candidates(points)
     batch = batch or max(2, executor.parallel)
     stored = store.read().by_hash
-    served = sum(1 for p in cells.values() if stored.get(p.hash, {}).get("status") == "ok")
-    echo(f"{header}adaptive search over {len(cells)} cells (D x N), tol ±{tol:.0%}, stop "
-         f"{stop}, at most {max_runs} runs, {batch} per round; store {store.path}: "
-         f"{served} of these cells done [{executor.name}"
+    seeds = max(len(ps) for ps in cells.values())
+    served = sum(1 for ps in cells.values() for p in ps
+                 if stored.get(p.hash, {}).get("status") == "ok")
+    echo(f"{header}adaptive search over {len(cells)} cells (D x N"
+         + (f", best of {seeds} seeds" if seeds > 1 else "") + f"), tol ±{tol:.0%}, stop "
+         f"{stop}, at most {max_runs} cells, {batch} per round; store {store.path}: "
+         f"{served} of these runs done [{executor.name}"
          + (f" x{executor.parallel}" if executor.parallel > 1 else "") + "]")
     counts = {"ran": 0, "served": 0, "failed": 0}
     start = time.perf_counter()
 
     def run_batch(configs: list[dict]) -> list[dict]:
-        pts = []
-        for c in configs:
-            pts.append(cells[(int(c["model"]["d_model"]), int(c["model"]["d_state"]))])
-        out: dict[int, dict] = {}
-        todo = []
-        for j, p in enumerate(pts):
-            rec = stored.get(p.hash)
-            if rec is not None and rec.get("status") == "ok":
-                out[j] = rec
-                counts["served"] += 1
-            else:
-                todo.append(j)
-        for i, result in executor.run([[pts[j].config] for j in todo]):
-            j = todo[i]
-            rec = result[0] if not isinstance(result, BaseException) else failed_record(
-                pts[j].cfg, f"worker failed: {type(result).__name__}: {result}")
-            store.append(rec)
-            stored[pts[j].hash] = rec
-            out[j] = rec
-            counts["ran"] += 1
-            ok = rec.get("status") == "ok"
-            counts["failed"] += not ok
-            what = (f"accuracy {rec.get('accuracy', math.nan):.4f}" if ok
-                    else f"FAILED: {rec.get('reason', '?')}")
-            echo(f"  ran {pts[j].label()}: {what} "
-                 f"({time.perf_counter() - start:.0f} s)")
-        return [out[j] for j in range(len(pts))]
+        chosen = [cells[(int(c["model"]["d_model"]), int(c["model"]["d_state"]))] for c in configs]
+        got: dict[str, dict] = {}
+        items = []  # per cell, its seeds not in the store: one item (an ensemble if enabled)
+        for ps in chosen:
+            todo = []
+            for p in ps:
+                rec = stored.get(p.hash)
+                if rec is not None and rec.get("status") == "ok":
+                    got[p.hash] = rec
+                    counts["served"] += 1
+                else:
+                    todo.append(p)
+            if todo:
+                items.append(todo)
+        for i, result in executor.run([[p.config for p in item] for item in items]):
+            item = items[i]
+            if isinstance(result, BaseException):
+                result = [failed_record(p.cfg, f"worker failed: {type(result).__name__}: "
+                                               f"{result}") for p in item]
+            for p, rec in zip(item, result):
+                store.append(rec)
+                stored[p.hash] = got[p.hash] = rec
+                counts["ran"] += 1
+                ok = rec.get("status") == "ok"
+                counts["failed"] += not ok
+                what = (f"accuracy {rec.get('accuracy', math.nan):.4f}" if ok
+                        else f"FAILED: {rec.get('error') or rec.get('reason') or '?'}")
+                echo(f"  ran {p.label()}: {what} ({time.perf_counter() - start:.0f} s)")
+        return [best_of_seeds([got[p.hash] for p in ps]) for ps in chosen]
 
     def on_round(h: dict) -> None:
         hw = h["half_width"]

@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tol", type=float, default=0.10,
                    help="--adaptive: relative precision of a to stop at (default 0.10)")
     p.add_argument("--max-runs", type=int, default=40, metavar="N",
-                   help="--adaptive: run at most N cells (default 40)")
+                   help="--adaptive: run at most N cells, each with all its seeds (default 40)")
     p.add_argument("--stop", choices=["interval", "stable", "either"], default="either",
                    help="--adaptive: stop when a's 95%% CI is within ±tol (interval), when three "
                         "consecutive fits agree within tol/2 (stable), or at the first of the two "
@@ -100,9 +100,9 @@ def command(args) -> int:
     if args.address and args.executor != "ray":
         raise ConfigError("--address is for --executor ray")
     if args.adaptive:
-        if args.shard or args.ensemble or args.limit is not None:
+        if args.shard or args.limit is not None:
             raise ConfigError("--adaptive chooses its own runs: it does not combine with "
-                              "--shard, --ensemble or --limit")
+                              "--shard or --limit")
         if not 0.0 < args.tol < 1.0:
             raise ConfigError(f"--tol {args.tol} is not allowed: must be in (0, 1)")
         if args.max_runs < 2:

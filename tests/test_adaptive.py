@@ -160,10 +160,51 @@ def test_adaptive_sweep_refuses_other_axes(cli, tmp_path):
 
     sweep = {"base": {"task": {"name": "mqar", "vocab_size": 64, "seq_len": 32, "num_facts": 8},
                       "model": {"adapter": "designed"}, "train": {"progress": False}},
-             "axes": {"model.d_model": [4, 8], "model.d_state": [2, 4], "train.seed": [0, 1]}}
+             "axes": {"model.d_model": [4, 8], "model.d_state": [2, 4], "train.lr": [0.01, 0.001]}}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(sweep))
     rc, out, err = cli("sweep", "s.yaml", "--store", "st", "--adaptive")
-    assert rc == 2 and "axis train.seed takes several values" in err
+    assert rc == 2 and "axis train.lr takes several values" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "st").exists()
     rc, out, err = cli("sweep", "s.yaml", "--store", "st", "--adaptive", "--tol", "2")
     assert rc == 2 and "--tol 2" in err and "(0, 1)" in err
+
+
+def test_adaptive_sweep_takes_the_best_of_seeds(cli, tmp_path):
+    import json
+
+    import yaml
+
+    from recallbench.store import read_store
+
+    sweep = {"base": {"task": {"name": "mqar", "vocab_size": 32, "seq_len": 16, "num_facts": 4},
+                      "model": {"adapter": "linear-mamba"},
+                      "train": {"max_steps": 3, "val_every": 3, "val_size": 16, "test_size": 32,
+                                "batch_size": 16, "progress": False}},
+             "axes": {"model.d_model": [4, 8, 16], "model.d_state": [1, 2, 4],
+                      "train.seed": [0, 1]},
+             "skip": {"n_gt_d": True}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(sweep))
+    rc, out, err = cli("sweep", "s.yaml", "--store", "st", "--adaptive", "--max-runs", "4",
+                       "--ensemble", "2")
+    assert rc == 0, err
+    assert "best of 2 seeds" in out
+    summary = json.loads((tmp_path / "st" / "adaptive.json").read_text())
+    recs = read_store(tmp_path / "st").records
+    assert summary["ran"] == len(recs) == 2 * summary["runs"]  # every chosen cell, both seeds
+    assert all(r.get("ensemble") == 2 for r in recs)  # a cell's seeds trained as one model
+    by_cell = {}
+    for r in recs:
+        by_cell.setdefault((r["config"]["model"]["d_model"], r["config"]["model"]["d_state"]),
+                           []).append(r["accuracy"])
+    assert sorted(map(tuple, summary["cells"])) == sorted(by_cell)
+
+
+def test_best_of_seeds():
+    from recallbench.adaptive_sweep import best_of_seeds
+
+    a = {"status": "ok", "accuracy": 0.5, "seed": 2}
+    b = {"status": "ok", "accuracy": 0.5, "seed": 1}
+    c = {"status": "ok", "accuracy": 0.4, "seed": 0}
+    bad = {"status": "failed", "seed": 3}
+    assert best_of_seeds([c, a, b, bad]) is b  # highest accuracy, then the lowest seed
+    assert best_of_seeds([bad, {"status": "failed", "seed": 4}]) is bad
