@@ -1,32 +1,36 @@
 """Runs needed to fit the law's a: theory-guided adaptive search vs the full D×N grid.
 
-    python benchmarks/bench_adaptive.py                       # linear-mamba, coarse grid
-    python benchmarks/bench_adaptive.py --adapter designed    # fixed weights: seconds
-    python benchmarks/bench_adaptive.py --full-grid grid.jsonl   # cache the full grid
+    python benchmarks/bench_adaptive.py --adapter designed        # fixed weights: seconds
+    python benchmarks/bench_adaptive.py --grid dense --seeds 0 1 \
+        --full-grid docs/results/adaptive/full_grid.jsonl         # trained: the committed grids
 
-The full grid (every candidate cell with N ≤ D, one run each) gives the reference a
-(``fit.fit_collapse`` on all its records).  The adaptive search
+The full grid (every candidate cell with N ≤ D, one run per seed) gives the reference a
+(``fit.fit_collapse`` on all its records), for each seed and, with several seeds, for the
+best of seeds (the paper's convention).  The adaptive search
 (``recallbench.adaptive.adaptive_search``) then places runs near the predicted phase
-boundary until the 95% CI half-width of a is ≤ ``--tol``·a.  Printed: runs, wall time,
-a and its CI for both, the adaptive a's distance to the full-grid a, and the fraction of
-the grid's runs the search used, for each ``--p-range``.
+boundary until a is pinned down, on the same data: its runs are served from the full
+grid's records (a run is deterministic for its seed, so this is the record it would get),
+and its wall time is the sum of the served runs' ``wall_s`` plus the search's own time.
+Printed: runs, wall time, a and its CI for both, the adaptive a's distance to the full
+grid's a, and the fraction of the grid's runs the search used, for each ``--p-range`` and
+stopping rule (``--stop``: ``interval`` stops when a's 95% CI is within ±tol, ``stable``
+when three consecutive fits agree within tol/2; trained runs scatter far more than
+binomial noise, so on them only the second can stop before the budget).
 
 ``--full-grid FILE``: full-grid records are read from FILE (JSONL, one record per line)
-when it exists, else run and written there.  Runs are deterministic for a seed, so by
-default the adaptive search is served from those records (the same config gives the same
-record) and its wall time is the sum of the served runs' ``wall_s`` plus the search's own
-time; ``--fresh`` runs its cells again instead.
+where it holds them (same task, adapter and seed); missing cells are run and appended as
+each finishes, so an interrupted grid resumes.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
 
 from recallbench.adaptive import adaptive_search, cell_config, fit_records
+from recallbench.adaptive_sweep import best_of_seeds
 from recallbench.train import run
 
 GRIDS = {
@@ -36,9 +40,9 @@ GRIDS = {
 }
 
 
-def base_config(args) -> dict:
+def base_config(args, seed: int = 0) -> dict:
     train = {"max_steps": args.steps, "batch_size": 64, "lr": 1e-2, "early_stop": 0.99,
-             "val_size": 256, "test_size": args.test_size, "seed": 0, "progress": False}
+             "val_size": 256, "test_size": args.test_size, "seed": seed, "progress": False}
     return {"task": {"name": "mqar", "vocab_size": args.vocab, "seq_len": args.seq_len,
                      "num_facts": args.facts},
             "model": {"adapter": args.adapter}, "train": train}
@@ -49,24 +53,33 @@ def cell_of(rec: dict) -> tuple[int, int]:
     return int(m["d_model"]), int(m["d_state"])
 
 
-def full_grid(base: dict, cells, path: Path | None) -> tuple[list[dict], bool]:
+def full_grid(base: dict, cells, path: Path | None) -> tuple[list[dict], int]:
+    """Every cell's record: read from ``path`` where it holds the cell (same task and
+    adapter), else run and appended to ``path`` as it finishes (an interrupted grid resumes).
+    Returns the records and how many were read."""
+    have = {}
     if path is not None and path.exists():
-        recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        have = {cell_of(r): r for r in recs if r["config"]["task"] == run_task(base)
-                and r["config"]["model"]["adapter"] == base["model"]["adapter"]}
-        if all(c in have for c in cells):
-            return [have[c] for c in cells], True
-        print(f"  {path}: does not hold every cell of this grid and task; running the grid")
-    recs = []
-    for i, (d, n) in enumerate(cells):
-        recs.append(run(cell_config(base, d, n)))
-        if sys.stdout.isatty():
-            print(f"\r  full grid: {i + 1}/{len(cells)} runs", end="", flush=True)
-    if sys.stdout.isatty():
-        print()
-    if path is not None:
-        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    return recs, False
+        for line in path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:  # a torn last line: that cell runs again
+                continue
+            if (r["config"]["task"] == run_task(base)
+                    and r["config"]["model"]["adapter"] == base["model"]["adapter"]
+                    and r["config"]["train"]["seed"] == base["train"]["seed"]):
+                have[cell_of(r)] = r
+    read = sum(c in have for c in cells)
+    todo = [c for c in cells if c not in have]
+    for i, (d, n) in enumerate(todo):
+        rec = run(cell_config(base, d, n))
+        have[(d, n)] = rec
+        if path is not None:
+            with path.open("a") as f:
+                f.write(json.dumps(rec) + "\n")
+        print(f"\r  full grid: {i + 1}/{len(todo)} runs", end="", flush=True, file=sys.stderr)
+    if todo:
+        print(file=sys.stderr)
+    return [have[c] for c in cells], read
 
 
 def run_task(base: dict) -> dict:
@@ -74,6 +87,11 @@ def run_task(base: dict) -> dict:
 
     cfg = resolve(base)
     return {"name": cfg.task_name, **cfg.task.params()}
+
+
+def best_of(per_seed: list[dict]) -> dict:
+    """{cell: record} with each cell's best seed (the paper's convention)."""
+    return {c: best_of_seeds([g[c] for g in per_seed]) for c in per_seed[0]}
 
 
 def main() -> None:
@@ -86,61 +104,83 @@ def main() -> None:
     ap.add_argument("--facts", type=int, default=8)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--test-size", type=int, default=512)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0],
+                    help="train.seed values: each seed's grid is compared, and with several, "
+                         "their best of seeds too (a cell then costs one run per seed)")
     ap.add_argument("--tol", type=float, default=0.10)
-    ap.add_argument("--max-runs", type=int, default=40)
+    ap.add_argument("--max-runs", type=int, default=40, help="cells the search may run")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--p-range", type=float, nargs=2, action="append", default=None,
                     help="informative range of predicted recall (repeatable); default 0.2 0.8 "
                          "and 0.05 0.95")
-    ap.add_argument("--full-grid", type=Path, default=None, help="JSONL cache of the full grid")
-    ap.add_argument("--fresh", action="store_true", help="rerun the adaptive cells too")
+    ap.add_argument("--stop", nargs="+", choices=["interval", "stable", "either"],
+                    default=["interval", "stable"],
+                    help="stopping rules to compare (adaptive_search's stop); default both")
+    ap.add_argument("--full-grid", type=Path, default=None,
+                    help="JSONL cache of the full grids (records of every seed)")
+    ap.add_argument("--history", action="store_true", help="print every round of the searches")
     args = ap.parse_args()
     grid = args.grid or ("dense" if args.adapter == "designed" else "coarse")
     ds, ns = GRIDS[grid]
     cells = [(d, n) for d in ds for n in ns if n <= d]
-    base = base_config(args)
     kind = "designed" if args.adapter == "designed" else "linear"
     print(f"MQAR V={args.vocab} L={args.seq_len} N_f={args.facts}, {args.adapter}, {grid} grid "
-          f"of {len(cells)} cells (N <= D), test {args.test_size} sequences"
+          f"of {len(cells)} cells (N <= D), seeds {args.seeds}, test {args.test_size} sequences"
           + (f", max_steps {args.steps}, early stop 0.99" if kind == "linear" else ""))
 
-    t0 = time.perf_counter()
-    recs, cached = full_grid(base, cells, args.full_grid)
-    grid_wall = sum(r.get("wall_s", 0.0) for r in recs)
-    full = fit_records(recs, model_kind=kind)
-    src = f"read from {args.full_grid}" if cached else f"run now ({time.perf_counter() - t0:.0f} s)"
-    print(f"full grid: {len(recs)} runs ({src}), {grid_wall:.1f} s of runs: "
-          f"a = {full.a:.3f} [{full.a_ci[0]:.3f}, {full.a_ci[1]:.3f}], b = {full.b:.3f}, "
-          f"dispersion {full.dispersion:.1f}")
+    data = []  # (label, {cell: record}, runs per cell)
+    for seed in args.seeds:
+        t0 = time.perf_counter()
+        recs, read = full_grid(base_config(args, seed), cells, args.full_grid)
+        print(f"  seed {seed}: {read} runs read from {args.full_grid}, {len(recs) - read} run "
+              f"now ({time.perf_counter() - t0:.0f} s)")
+        data.append((f"seed {seed}", dict(zip(cells, recs)), 1))
+    if len(args.seeds) > 1:
+        data.append((f"best of {len(args.seeds)}", best_of([d for _, d, _ in data]),
+                     len(args.seeds)))
 
-    by_cell = {cell_of(r): r for r in recs}
-    for lo, hi in args.p_range or [(0.2, 0.8), (0.05, 0.95)]:
-        served = []
+    print("\nfull grid (reference):")
+    fulls = {}
+    for label, by_cell, per in data:
+        wall = sum(r.get("wall_s", 0.0) for r in by_cell.values()) if per == 1 else sum(
+            r.get("wall_s", 0.0) for _, d, p in data if p == 1 for r in d.values())
+        fulls[label] = full = fit_records(list(by_cell.values()), model_kind=kind)
+        print(f"  {label:<10} {len(cells) * per:>4} runs, {wall:7.1f} s of runs: a = {full.a:.3f} "
+              f"[{full.a_ci[0]:.3f}, {full.a_ci[1]:.3f}], b = {full.b:.3f}, dispersion "
+              f"{full.dispersion:.0f}")
 
-        def runner(cfg):
-            d, n = cfg["model"]["d_model"], cfg["model"]["d_state"]
-            rec = run(cfg) if args.fresh else by_cell[(d, n)]
-            served.append(rec)
-            return rec
+    print("\nadaptive search (runs served from the full grids; wall = those runs' wall_s + the "
+          "search's own time):")
+    for label, by_cell, per in data:
+        for (lo, hi), rule in [(r, s) for r in args.p_range or [(0.2, 0.8), (0.05, 0.95)]
+                               for s in args.stop]:
+            served = []
 
-        t = time.perf_counter()
-        out = adaptive_search(base, cells, runner=runner, tol=args.tol, max_runs=args.max_runs,
-                              batch=args.batch, p_range=(lo, hi))
-        own = time.perf_counter() - t
-        wall = own if args.fresh else own + sum(r.get("wall_s", 0.0) for r in served)
-        dist = abs(out["a"] - full.a) / full.a
-        print(f"adaptive, p in [{lo}, {hi}]: {out['runs']} runs ({out['runs'] / len(cells):.0%} "
-              f"of the grid), {wall:.1f} s ({'run now' if args.fresh else 'runs served from the full grid'}), "
-              f"stopped: {out['stopped']}; a = {out['a']:.3f} [{out['a_ci'][0]:.3f}, "
-              f"{out['a_ci'][1]:.3f}] (half-width {out['half_width']:.1%}), "
-              f"{dist:.1%} from the full grid's a"
-              + (" (within tol)" if dist <= args.tol else " (outside tol)"))
-        for h in out["history"]:
-            cells_s = " ".join(f"{d}x{n}" for d, n in h["cells"])
-            hw = h["half_width"]
-            print(f"    round {h['round']}: {cells_s}  ->  a = {h['a']:.3f}, half-width "
-                  f"{hw:.1%}" if math.isfinite(hw) else
-                  f"    round {h['round']}: {cells_s}  ->  a unbounded yet")
+            def runner(cfg):
+                rec = by_cell[(cfg["model"]["d_model"], cfg["model"]["d_state"])]
+                served.append(rec)
+                return rec
+
+            t = time.perf_counter()
+            out = adaptive_search(base_config(args), cells, runner=runner, tol=args.tol,
+                                  max_runs=args.max_runs, batch=args.batch, p_range=(lo, hi),
+                                  stop=rule)
+            own = time.perf_counter() - t
+            seed_walls = [sum(d[c].get("wall_s", 0.0) for c in out["cells"])
+                          for _, d, p in data if p == 1]
+            wall = own + (sum(r.get("wall_s", 0.0) for r in served) if per == 1 else sum(seed_walls))
+            full = fulls[label]
+            dist = abs(out["a"] - full.a) / full.a
+            runs = out["runs"] * per
+            print(f"  {label:<10} p in [{lo}, {hi}], stop {rule:<8} {runs:>3} runs "
+                  f"({runs / (len(cells) * per):>4.0%} of the grid's), {wall:6.1f} s, stopped "
+                  f"{out['stopped']:<9} a = {out['a']:.3f} [{out['a_ci'][0]:.3f}, "
+                  f"{out['a_ci'][1]:.3f}] (±{out['half_width']:.0%}), {dist:.1%} from this "
+                  f"full grid's a" + (" (within tol)" if dist <= args.tol else " (outside tol)"))
+            if args.history:
+                for h in out["history"]:
+                    cells_s = " ".join(f"{d}x{n}" for d, n in h["cells"])
+                    print(f"      round {h['round']}: {cells_s} -> a = {h['a']:.3f}")
 
 
 if __name__ == "__main__":
