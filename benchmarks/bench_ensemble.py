@@ -1,90 +1,109 @@
 """Throughput of a batched ensemble against the same runs one after another.
 
-    python benchmarks/bench_ensemble.py [--members 8] [--steps 100] [--threads 1 2]
+    python benchmarks/bench_ensemble.py [--members 8] [--steps 100] [--shapes 8x4 16x8 32x16 64x16]
 
-The Table-8 setting (MQAR V=128, L=64, N_f=16; linear-mamba D=64, N=16; batch 64),
-K members with seeds 0..K-1, a fixed number of steps, early stop off, the default
-validation (512 sequences every 25 steps) and test (2048 sequences).  Measured in this
-run, on this machine:
+Each shape DxN is a cell of the D-N study (``sweeps/cpu/dn_mqar.yaml``: MQAR V=512, L=64,
+N_f=16, linear-mamba d_model=D, d_state=N, batch 64, validation 256 sequences every 50
+steps, test 1024), trained for a fixed number of steps with early stop off, K members
+with seeds 0..K-1.  ``--table8`` adds the Table-8 setting (V=128, D=64, N=16).
+Measured in this run, on this machine, for each shape:
 
-1. K sequential single runs (``recallbench.train.run``, its default thread choice: 1);
+1. K sequential single runs (``recallbench.train.run``, its own thread choice: 1 for
+   these sizes);
 2. the same K configs as one batched ensemble (``recallbench.ensemble.run_ensemble``)
-   with 1 thread and with 2 threads;
+   with 1 thread, and with all cores (``--threads``).
 
-and prints wall times, member-steps per second, the ratio batched/sequential, and how
-closely the members' test accuracies agree with the single runs'.  On a machine shared
-with other jobs the timings are noisy: ``--repeat`` alternates the measurements and
+Printed: wall times, the ratio sequential/batched for each thread count, and the largest
+difference between a member's test accuracy and its single run's (members draw the
+single runs' data and initial weights, so they agree up to float rounding).  Timings on a
+machine shared with other jobs are noisy: ``--repeat`` alternates the measurements and
 reports medians.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
+import yaml
 
 from recallbench.ensemble import run_ensemble
 from recallbench.train import run
 
-
-def configs(members: int, steps: int, lrs: list[float] | None) -> list[dict]:
-    out = []
-    for k in range(members):
-        lr = lrs[k % len(lrs)] if lrs else 1e-2
-        out.append({"task": {"name": "mqar", "vocab_size": 128, "seq_len": 64, "num_facts": 16},
-                    "model": {"adapter": "linear-mamba", "d_model": 64, "d_state": 16},
-                    "train": {"max_steps": steps, "batch_size": 64, "seed": k, "lr": lr,
-                              "early_stop": None, "progress": False}})
-    return out
+STUDY = Path(__file__).resolve().parent.parent / "sweeps" / "cpu" / "dn_mqar.yaml"
 
 
-def sequential(cfgs: list[dict]) -> tuple[float, list[dict]]:
+def configs(members: int, steps: int, d_model: int, d_state: int, vocab: int | None) -> list[dict]:
+    base = yaml.safe_load(STUDY.read_text())["base"]
+    task = {**base["task"], **({"vocab_size": vocab} if vocab else {})}
+    return [{"task": task,
+             "model": {**base["model"], "d_model": d_model, "d_state": d_state},
+             "train": {**base["train"], "max_steps": steps, "seed": k, "early_stop": None,
+                       "progress": False}}
+            for k in range(members)]
+
+
+def with_train(cfgs: list[dict], **train) -> list[dict]:
+    return [{**c, "train": {**c["train"], **train}} for c in cfgs]
+
+
+def timed(fn, *args):
     start = time.perf_counter()
-    recs = [run(c) for c in cfgs]
-    return time.perf_counter() - start, recs
+    out = fn(*args)
+    return time.perf_counter() - start, out
 
 
-def batched(cfgs: list[dict], threads: int) -> tuple[float, list[dict]]:
-    cfgs = [{**c, "train": {**c["train"], "threads": threads}} for c in cfgs]
-    start = time.perf_counter()
-    recs = run_ensemble(cfgs)
-    return time.perf_counter() - start, recs
+def sequential(cfgs):
+    return [run(c) for c in cfgs]
+
+
+def measure(cfgs: list[dict], threads: list[int], repeat: int):
+    seq_t, bat_t = [], {t: [] for t in threads}
+    seq_recs = bat_recs = None
+    for _ in range(repeat):
+        t, seq_recs = timed(sequential, cfgs)
+        seq_t.append(t)
+        for th in threads:
+            t, bat_recs = timed(run_ensemble, with_train(cfgs, threads=th))
+            bat_t[th].append(t)
+    diff = max(abs(a["accuracy"] - b["accuracy"]) for a, b in zip(seq_recs, bat_recs))
+    return statistics.median(seq_t), {t: statistics.median(v) for t, v in bat_t.items()}, diff
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--members", type=int, default=8)
     ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--shapes", nargs="+", default=["8x4", "16x8", "32x16"],
+                    help="cells DxN of the D-N study")
+    ap.add_argument("--table8", action="store_true", help="also the Table-8 setting (V=128, 64x16)")
+    ap.add_argument("--threads", type=int, nargs="+", default=None,
+                    help="ensemble thread counts (default: 1 and all cores)")
     ap.add_argument("--repeat", type=int, default=1, help="alternate the measurements n times")
-    ap.add_argument("--lrs", type=float, nargs="*", default=None,
-                    help="members' learning rates (cycled); default 1e-2 for all")
     args = ap.parse_args()
-    cfgs = configs(args.members, args.steps, args.lrs)
     K, S = args.members, args.steps
-    print(f"Table-8 setting, linear-mamba D=64 N=16, batch 64, {K} members, {S} steps each, "
-          f"early stop off; CPU, torch {torch.__version__}, {torch.get_num_threads()} threads "
-          f"available")
-    run(cfgs[0] | {"train": {**cfgs[0]["train"], "max_steps": 2}})  # warm up imports
-    run_ensemble([c | {"train": {**c["train"], "max_steps": 2}} for c in cfgs[:2]])
-    seq_t, bat_t = [], {t: [] for t in args.threads}
-    seq_recs = bat_recs = None
-    for _ in range(args.repeat):
-        t, seq_recs = sequential(cfgs)
-        seq_t.append(t)
-        for th in args.threads:
-            t, bat_recs = batched(cfgs, th)
-            bat_t[th].append(t)
-    seq = statistics.median(seq_t)
-    print(f"sequential train.run x{K}: {seq:.1f} s  ({K * S / seq:.1f} member-steps/s)")
-    for th, ts in bat_t.items():
-        b = statistics.median(ts)
-        print(f"batched ensemble, {th} thread{'s' if th > 1 else ''}: {b:.1f} s  "
-              f"({K * S / b:.1f} member-steps/s)  ratio {seq / b:.2f}x")
-    diffs = [abs(a["accuracy"] - b["accuracy"]) for a, b in zip(seq_recs, bat_recs)]
-    print(f"members vs single runs: test accuracy max |diff| {max(diffs):.4f} "
-          f"(single {[round(r['accuracy'], 3) for r in seq_recs]})")
+    threads = args.threads or sorted({1, os.cpu_count() or 1})
+    shapes = [(tuple(map(int, s.lower().split("x"))), None) for s in args.shapes]
+    if args.table8:
+        shapes.append(((64, 16), 128))
+    print(f"{K} members, {S} steps each, early stop off; CPU ({os.cpu_count()} cores), "
+          f"torch {torch.__version__}; sequential = {K} x recallbench.train.run")
+    warm = configs(2, 2, 8, 4, None)
+    run(warm[0])
+    run_ensemble(warm)
+    head = f"{'task, shape':<24}{'sequential':>12}" + "".join(
+        f"{f'batched {t}t':>14}{'ratio':>8}" for t in threads) + f"{'max |Δacc|':>12}"
+    print(head)
+    for (d, n), vocab in shapes:
+        cfgs = configs(K, S, d, n, vocab)
+        seq, bat, diff = measure(cfgs, threads, args.repeat)
+        v = cfgs[0]["task"]["vocab_size"]
+        row = f"{f'V={v} D={d} N={n}':<24}{seq:>11.1f}s" + "".join(
+            f"{bat[t]:>13.1f}s{seq / bat[t]:>7.2f}x" for t in threads) + f"{diff:>12.4f}"
+        print(row, flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,44 @@
+"""The benchmark scripts run end to end at a tiny size and print what their docs promise
+(the scripts themselves are the measurements; these tests keep them from rotting)."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench(name, *args, timeout=300):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_bench_ensemble_prints_a_ratio_per_shape_and_thread_count():
+    out = bench("bench_ensemble.py", "--members", "2", "--steps", "3", "--shapes", "4x2", "8x2",
+                "--threads", "1")
+    rows = [ln for ln in out.splitlines() if ln.startswith("V=512 D=")]
+    assert len(rows) == 2
+    for row in rows:
+        seq, bat, ratio, diff = re.search(
+            r"([\d.]+)s\s+([\d.]+)s\s+([\d.]+)x\s+([\d.]+)$", row).groups()
+        assert float(seq) > 0 and float(bat) > 0 and float(ratio) > 0
+        assert float(diff) < 0.02  # members reproduce the single runs
+
+
+def test_bench_adaptive_on_the_designed_model(tmp_path):
+    grid = tmp_path / "grid.jsonl"
+    out = bench("bench_adaptive.py", "--adapter", "designed", "--grid", "coarse",
+                "--max-runs", "12", "--p-range", "0.2", "0.8", "--stop", "either",
+                "--full-grid", str(grid))
+    assert re.search(r"seed 0 +\d+ runs, .* a = [\d.]+ \[", out)
+    line = next(ln for ln in out.splitlines() if "p in [0.2, 0.8], stop either" in ln)
+    runs = int(re.search(r"either\s+(\d+) runs", line).group(1))
+    assert 4 <= runs <= 12
+    cells = int(re.search(r"coarse grid of (\d+) cells", out).group(1))
+    assert len(grid.read_text().splitlines()) == cells  # appended as it ran
+    again = bench("bench_adaptive.py", "--adapter", "designed", "--grid", "coarse",
+                  "--max-runs", "12", "--p-range", "0.2", "0.8", "--stop", "either",
+                  "--full-grid", str(grid))
+    assert f"{cells} runs read" in again
