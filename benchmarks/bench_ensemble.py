@@ -11,11 +11,15 @@ Measured in this run, on this machine, for each shape:
 1. K sequential single runs (``recallbench.train.run``, its own thread choice: 1 for
    these sizes);
 2. the same K configs as one batched ensemble (``recallbench.ensemble.run_ensemble``)
-   with 1 thread, and with all cores (``--threads``).
+   with 1 thread, and with all cores (``--threads``);
+3. with more than one core, the K single runs spread over one worker process per core
+   (the sweep's ``--executor processes``; the pool is started and warmed before timing),
+   the alternative that also uses every core.
 
-Printed: wall times, the ratio sequential/batched for each thread count, and the largest
-difference between a member's test accuracy and its single run's (members draw the
-single runs' data and initial weights, so they agree up to float rounding).  Timings on a
+Printed: wall times, the ratio sequential/batched for each thread count, the ratio
+processes/batched on all cores, and the largest difference between a member's test
+accuracy and its single run's (members draw the single runs' data and initial weights,
+so they agree up to float rounding).  Timings on a
 machine shared with other jobs are noisy: ``--repeat`` alternates the measurements and
 reports medians.
 """
@@ -31,6 +35,7 @@ import torch
 import yaml
 
 from recallbench.ensemble import run_ensemble
+from recallbench.executors import Processes
 from recallbench.train import run
 
 STUDY = Path(__file__).resolve().parent.parent / "sweeps" / "cpu" / "dn_mqar.yaml"
@@ -60,8 +65,12 @@ def sequential(cfgs):
     return [run(c) for c in cfgs]
 
 
-def measure(cfgs: list[dict], threads: list[int], repeat: int):
-    seq_t, bat_t = [], {t: [] for t in threads}
+def spread(pool, cfgs):
+    return [res[0] for _, res in sorted(pool.run([[c] for c in cfgs]), key=lambda t: t[0])]
+
+
+def measure(cfgs: list[dict], threads: list[int], repeat: int, pool):
+    seq_t, bat_t, par_t = [], {t: [] for t in threads}, []
     seq_recs = bat_recs = None
     for _ in range(repeat):
         t, seq_recs = timed(sequential, cfgs)
@@ -69,8 +78,11 @@ def measure(cfgs: list[dict], threads: list[int], repeat: int):
         for th in threads:
             t, bat_recs = timed(run_ensemble, with_train(cfgs, threads=th))
             bat_t[th].append(t)
+        if pool is not None:
+            par_t.append(timed(spread, pool, cfgs)[0])
     diff = max(abs(a["accuracy"] - b["accuracy"]) for a, b in zip(seq_recs, bat_recs))
-    return statistics.median(seq_t), {t: statistics.median(v) for t, v in bat_t.items()}, diff
+    return (statistics.median(seq_t), {t: statistics.median(v) for t, v in bat_t.items()},
+            statistics.median(par_t) if par_t else None, diff)
 
 
 def main() -> None:
@@ -94,16 +106,28 @@ def main() -> None:
     warm = configs(2, 2, 8, 4, None)
     run(warm[0])
     run_ensemble(warm)
+    cores = os.cpu_count() or 1
+    pool = Processes(workers=cores, threads=1) if cores > 1 else None
+    if pool is not None:
+        spread(pool, warm * cores)  # start and warm the workers
+    top = max(threads)
     head = f"{'task, shape':<24}{'sequential':>12}" + "".join(
-        f"{f'batched {t}t':>14}{'ratio':>8}" for t in threads) + f"{'max |Δacc|':>12}"
+        f"{f'batched {t}t':>14}{'ratio':>8}" for t in threads) + (
+        f"{f'processes x{cores}':>16}{f'batched {top}t / it':>18}" if pool else "") + \
+        f"{'max |Δacc|':>12}"
     print(head)
-    for (d, n), vocab in shapes:
-        cfgs = configs(K, S, d, n, vocab)
-        seq, bat, diff = measure(cfgs, threads, args.repeat)
-        v = cfgs[0]["task"]["vocab_size"]
-        row = f"{f'V={v} D={d} N={n}':<24}{seq:>11.1f}s" + "".join(
-            f"{bat[t]:>13.1f}s{seq / bat[t]:>7.2f}x" for t in threads) + f"{diff:>12.4f}"
-        print(row, flush=True)
+    try:
+        for (d, n), vocab in shapes:
+            cfgs = configs(K, S, d, n, vocab)
+            seq, bat, par, diff = measure(cfgs, threads, args.repeat, pool)
+            v = cfgs[0]["task"]["vocab_size"]
+            row = f"{f'V={v} D={d} N={n}':<24}{seq:>11.1f}s" + "".join(
+                f"{bat[t]:>13.1f}s{seq / bat[t]:>7.2f}x" for t in threads) + (
+                f"{par:>15.1f}s{par / bat[top]:>17.2f}x" if pool else "") + f"{diff:>12.4f}"
+            print(row, flush=True)
+    finally:
+        if pool is not None:
+            pool.close()
 
 
 if __name__ == "__main__":
