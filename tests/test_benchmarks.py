@@ -21,10 +21,12 @@ def test_bench_ensemble_prints_a_ratio_per_shape_and_thread_count():
     rows = [ln for ln in out.splitlines() if ln.startswith("V=512 D=")]
     assert len(rows) == 2
     for row in rows:
-        seq, bat, ratio, diff = re.search(
-            r"([\d.]+)s\s+([\d.]+)s\s+([\d.]+)x\s+([\d.]+)$", row).groups()
-        assert float(seq) > 0 and float(bat) > 0 and float(ratio) > 0
-        assert float(diff) < 0.02  # members reproduce the single runs
+        times = [float(t) for t in re.findall(r"([\d.]+)s\b", row)]
+        ratios = [float(r) for r in re.findall(r"([\d.]+)x\b", row)]
+        # sequential, batched 1 thread (and processes on a multi-core machine)
+        assert len(times) == len(ratios) + 1 and len(times) in (2, 3)
+        assert all(t > 0 for t in times) and all(r > 0 for r in ratios)
+        assert float(row.split()[-1]) < 0.02  # members reproduce the single runs
 
 
 def test_bench_adaptive_on_the_designed_model(tmp_path):
