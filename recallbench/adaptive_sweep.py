@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from .errors import ConfigError
 from .result import failed_record
+from .scorer import _jsonable  # plain JSON: numpy scalars to Python, inf and nan to null
 
 SEARCH_AXES = ("model.d_model", "model.d_state")
 SEED_AXIS = "train.seed"
@@ -126,7 +127,7 @@ def run_adaptive(points: list, store, executor, *, tol: float = 0.10, max_runs: 
                    failed=counts["failed"], cells=[list(c) for c in out["cells"]])
     path = Path(store.path) / "adaptive.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=1, default=float) + "\n")
+    tmp.write_text(json.dumps(_jsonable(summary), indent=1, allow_nan=False) + "\n")
     os.replace(tmp, path)
     hw = out["half_width"]
     echo(f"adaptive search stopped ({out['stopped']}) after {out['runs']} of {len(cells)} cells "

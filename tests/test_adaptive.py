@@ -144,7 +144,8 @@ def test_adaptive_sweep_runs_through_the_store_and_resumes(cli, tmp_path):
     assert rc == 0, err
     assert "adaptive search over 46 cells" in out and "round 0:" in out
     lines = (tmp_path / "st" / "results.jsonl").read_text().splitlines()
-    summary = json.loads((tmp_path / "st" / "adaptive.json").read_text())
+    summary = json.loads((tmp_path / "st" / "adaptive.json").read_text(),
+                         parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert len(lines) == summary["runs"] == summary["ran"] <= 8 and summary["served"] == 0
     # a rerun replays the same choices from the store: nothing runs twice
     rc, out, err = cli("sweep", "s.yaml", "--store", "st", "--adaptive", "--max-runs", "8")
