@@ -10,16 +10,19 @@ best of seeds (the paper's convention).  The adaptive search
 (``recallbench.adaptive.adaptive_search``) then places runs near the predicted phase
 boundary until a is pinned down, on the same data: its runs are served from the full
 grid's records (a run is deterministic for its seed, so this is the record it would get),
-and its wall time is the sum of the served runs' ``wall_s`` plus the search's own time.
+and its wall time is the sum of the served runs' ``wall_s`` (an ensemble member's share of
+its ensemble's) plus the search's own time.
 Printed: runs, wall time, a and its CI for both, the adaptive a's distance to the full
 grid's a, and the fraction of the grid's runs the search used, for each ``--p-range`` and
 stopping rule (``--stop``: ``interval`` stops when a's 95% CI is within ±tol, ``stable``
 when three consecutive fits agree within tol/2; trained runs scatter far more than
 binomial noise, so on them only the second can stop before the budget).
 
-``--full-grid FILE``: full-grid records are read from FILE (JSONL, one record per line)
-where it holds them (same task, adapter and seed); missing cells are run and appended as
-each finishes, so an interrupted grid resumes.
+``--full-grid FILE``: full-grid records are read from FILE (JSONL, one record per line,
+e.g. a result store's ``results.jsonl``) where it holds them (same task, adapter, seed,
+steps, test size and early stop); missing cells are run and appended as each finishes, so
+an interrupted grid resumes.  ``benchmarks/adaptive_grid.yaml`` is the 800-step grid as a
+sweep, to fill such a store on every core with a cell's seeds batched.
 """
 from __future__ import annotations
 
@@ -54,8 +57,9 @@ def cell_of(rec: dict) -> tuple[int, int]:
 
 
 def full_grid(base: dict, cells, path: Path | None) -> tuple[list[dict], int]:
-    """Every cell's record: read from ``path`` where it holds the cell (same task and
-    adapter), else run and appended to ``path`` as it finishes (an interrupted grid resumes).
+    """Every cell's record: read from ``path`` where it holds the cell (same task, adapter,
+    seed, steps, test size and early stop; a result store's ``results.jsonl`` will do), else
+    run and appended to ``path`` as it finishes (an interrupted grid resumes).
     Returns the records and how many were read."""
     have = {}
     if path is not None and path.exists():
@@ -64,9 +68,11 @@ def full_grid(base: dict, cells, path: Path | None) -> tuple[list[dict], int]:
                 r = json.loads(line)
             except json.JSONDecodeError:  # a torn last line: that cell runs again
                 continue
-            if (r["config"]["task"] == run_task(base)
+            train = r["config"]["train"]
+            if (r.get("status") == "ok" and r["config"]["task"] == run_task(base)
                     and r["config"]["model"]["adapter"] == base["model"]["adapter"]
-                    and r["config"]["train"]["seed"] == base["train"]["seed"]):
+                    and all(train.get(k) == base["train"][k]
+                            for k in ("seed", "max_steps", "test_size", "early_stop"))):
                 have[cell_of(r)] = r
     read = sum(c in have for c in cells)
     todo = [c for c in cells if c not in have]
@@ -87,6 +93,11 @@ def run_task(base: dict) -> dict:
 
     cfg = resolve(base)
     return {"name": cfg.task_name, **cfg.task.params()}
+
+
+def run_wall(rec: dict) -> float:
+    """A run's wall time; a member of a batched ensemble gets its share of the ensemble's."""
+    return rec.get("wall_s", 0.0) / (rec.get("ensemble") or 1)
 
 
 def best_of(per_seed: list[dict]) -> dict:
@@ -142,8 +153,8 @@ def main() -> None:
     print("\nfull grid (reference):")
     fulls = {}
     for label, by_cell, per in data:
-        wall = sum(r.get("wall_s", 0.0) for r in by_cell.values()) if per == 1 else sum(
-            r.get("wall_s", 0.0) for _, d, p in data if p == 1 for r in d.values())
+        wall = sum(map(run_wall, by_cell.values())) if per == 1 else sum(
+            run_wall(r) for _, d, p in data if p == 1 for r in d.values())
         fulls[label] = full = fit_records(list(by_cell.values()), model_kind=kind)
         print(f"  {label:<10} {len(cells) * per:>4} runs, {wall:7.1f} s of runs: a = {full.a:.3f} "
               f"[{full.a_ci[0]:.3f}, {full.a_ci[1]:.3f}], b = {full.b:.3f}, dispersion "
@@ -166,9 +177,9 @@ def main() -> None:
                                   max_runs=args.max_runs, batch=args.batch, p_range=(lo, hi),
                                   stop=rule)
             own = time.perf_counter() - t
-            seed_walls = [sum(d[c].get("wall_s", 0.0) for c in out["cells"])
+            seed_walls = [sum(run_wall(d[c]) for c in out["cells"])
                           for _, d, p in data if p == 1]
-            wall = own + (sum(r.get("wall_s", 0.0) for r in served) if per == 1 else sum(seed_walls))
+            wall = own + (sum(map(run_wall, served)) if per == 1 else sum(seed_walls))
             full = fulls[label]
             dist = abs(out["a"] - full.a) / full.a
             runs = out["runs"] * per
