@@ -2,7 +2,7 @@
 
     python benchmarks/bench_adaptive.py --adapter designed        # fixed weights: seconds
     python benchmarks/bench_adaptive.py --grid dense --seeds 0 1 \
-        --full-grid docs/results/adaptive/full_grid.jsonl         # trained: the committed grids
+        --full-grid docs/results/adaptive/grid_200steps.jsonl      # trained: a committed grid
 
 The full grid (every candidate cell with N ≤ D, one run per seed) gives the reference a
 (``fit.fit_collapse`` on all its records), for each seed and, with several seeds, for the
@@ -122,8 +122,8 @@ def main() -> None:
     ap.add_argument("--max-runs", type=int, default=40, help="cells the search may run")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--p-range", type=float, nargs=2, action="append", default=None,
-                    help="informative range of predicted recall (repeatable); default 0.2 0.8 "
-                         "and 0.05 0.95")
+                    help="informative range of predicted recall (repeatable); default 0.05 0.95 "
+                         "(the search's default) and 0.2 0.8")
     ap.add_argument("--stop", nargs="+", choices=["interval", "stable", "either"],
                     default=["interval", "stable"],
                     help="stopping rules to compare (adaptive_search's stop); default both")
@@ -163,7 +163,7 @@ def main() -> None:
     print("\nadaptive search (runs served from the full grids; wall = those runs' wall_s + the "
           "search's own time):")
     for label, by_cell, per in data:
-        for (lo, hi), rule in [(r, s) for r in args.p_range or [(0.2, 0.8), (0.05, 0.95)]
+        for (lo, hi), rule in [(r, s) for r in args.p_range or [(0.05, 0.95), (0.2, 0.8)]
                                for s in args.stop]:
             served = []
 

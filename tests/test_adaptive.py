@@ -69,13 +69,16 @@ def test_deterministic_and_budget():
     assert small["stopped"] == "exhausted" and small["runs"] == 3  # (8, 16) has N > D
 
 
-def test_first_cells_are_mid_range():
+@pytest.mark.parametrize("p_range", [None, (0.2, 0.8)])
+def test_first_cells_are_mid_range(p_range):
     grid = np.array([(d, n) for d, n in GRID if n <= d], float)
     a, b = theory.coefficient_a("linear", "mqar"), theory.m_v(V)
-    chosen = choose_cells(grid, np.zeros(len(grid), bool), a, b, NF, 1, 4096, batch=6)
+    kw = {"p_range": p_range} if p_range else {}
+    chosen = choose_cells(grid, np.zeros(len(grid), bool), a, b, NF, 1, 4096, batch=6, **kw)
     x = np.sqrt(grid[chosen, 1] * grid[chosen, 0] / (a * NF + grid[chosen, 1]))
     p = special.ndtr(x - b)
-    assert len(set(chosen)) == 6 and np.all((p >= 0.2) & (p <= 0.8))
+    lo, hi = p_range or (0.05, 0.95)
+    assert len(set(chosen)) == 6 and np.all((p >= lo) & (p <= hi))
 
 
 def test_designed_adapter_end_to_end():
