@@ -8,6 +8,10 @@ Shapes (B batch, L length, D = d_model, V = vocab_size)::
     h = final_norm(h)        (B, L, D)
     logits = h Eᵀ            (B, L, V)     tied output: the paper reads out through Eᵀ
 
+The final norm and the read-out act on each position alone, so :meth:`RecallModel.logits_at`
+computes them only where a question is asked (a quarter of the positions for MQAR at
+L = 4·N_f; at V = 512 the read-out is most of a small model's step).
+
 This is plain PyTorch so that benchmarks, ensembles and the pytest plugin can
 use it without Lightning; :mod:`recallbench.module` wraps it for training.
 """
@@ -34,9 +38,22 @@ class RecallModel(nn.Module):
         if not adapter.trainable:
             self.requires_grad_(False)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens (B, L) long -> logits (B, L, V)."""
+    def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B, L) long -> h (B, L, D), the last block's output (before the norm)."""
         h = self.embedding(tokens)
         for block in self.blocks:
             h = block(h)
+        return h
+
+    def readout(self, h: torch.Tensor) -> torch.Tensor:
+        """h (..., D) -> logits (..., V): the final norm, then the tied read-out Eᵀ."""
         return self.norm(h) @ self.embedding.weight.t()
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B, L) long -> logits (B, L, V)."""
+        return self.readout(self.hidden(tokens))
+
+    def logits_at(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """tokens (B, L), mask (B, L) bool -> logits (Q, V) at the Q positions of ``mask``:
+        ``forward(tokens)[mask]``, without the read-out of the other positions."""
+        return self.readout(self.hidden(tokens)[mask])

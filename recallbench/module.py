@@ -14,10 +14,11 @@ import torch
 from lightning import LightningModule
 
 from .config import TrainConfig
-from .loop import masked_loss
+from .loop import labelled_loss
 from .metrics import RecallAccuracy
 from .model import RecallModel
 from .schedule import warmup_flat_cosine
+from .task import IGNORE
 
 
 class DivergedError(RuntimeError):
@@ -40,7 +41,7 @@ class RecallModule(LightningModule):
 
     def training_step(self, batch, batch_idx):
         inputs, targets = batch
-        loss = masked_loss(self.model(inputs), targets, self.train_cfg.label_smoothing)
+        loss = labelled_loss(self.model, inputs, targets, self.train_cfg.label_smoothing)
         if not torch.isfinite(loss):
             raise DivergedError(f"training loss became {loss.item()} at step {self.global_step}")
         self.log("loss", loss, prog_bar=True, on_step=True, on_epoch=False, logger=False)
@@ -48,7 +49,8 @@ class RecallModule(LightningModule):
 
     def validation_step(self, batch, batch_idx):
         inputs, targets = batch
-        self.val_metric.update(self.model(inputs), targets)
+        mask = targets != IGNORE
+        self.val_metric.update(self.model.logits_at(inputs, mask), targets[mask])
 
     def on_validation_epoch_end(self):
         acc = float(self.val_metric.compute()["accuracy"])
