@@ -37,18 +37,17 @@ early_stop``) and the execution-only keys ``train.threads`` and ``train.progress
 (the ensemble uses one thread count: the first config's, else 1, see :func:`ensemble_threads`).
 
 Speed (CPU).  Stacking K members turns K small ops into one, which pays where a single
-run is dispatch-bound (small D), and costs where the stacked tensors outgrow the cache
-(K = 8 at D = 64 is compute- and memory-bound either way).  The batched path also does
-less work where that is exact: the read-out (final norm, tied logits and loss) only at
-labelled positions (a quarter of them for MQAR at L = 4·N_f), fused and blocked so the
-K·Q·V logits never exist at once (:mod:`recallbench.linear_ce`), validation and test
-likewise, one AdamW update for all members, and no Lightning machinery.  Measured with
-``benchmarks/bench_ensemble.py --table8 --repeat 2`` (K = 8, 100 steps, cells of the D–N
-study at V = 512, idle 2-core machine), throughput against 8 sequential ``train.run``
-calls: D = 4: 4.7x with 1 thread, 7.4x with 2; D = 8: 3.3x / 5.3x; D = 16: 2.5x / 3.3x;
-D = 32: 1.9x / 3.2x; the Table-8 model (V = 128, D = 64): 1.1x / 1.75x.  Against the
-same 8 runs spread over 2 worker processes (which were no faster than sequential there):
-5.7x, 5.8x, 3.9x, 3.2x and 1.4x.
+run is dispatch-bound, and costs where the stacked tensors outgrow the cache.  Like a
+single run (:meth:`RecallModel.logits_at`), the batched path reads out only the labelled
+positions, here fused and blocked so the K·Q·V logits never exist at once
+(:mod:`recallbench.linear_ce`); it also makes one AdamW update for all members and has
+no Lightning machinery.  Measured with ``benchmarks/bench_ensemble.py --table8 --repeat 2``
+(K = 8, 100 steps, cells of the D–N study at V = 512, idle 2-core machine), throughput
+against 8 sequential ``train.run`` calls: D = 4: 1.45x with 1 thread, 2.3x with 2;
+D = 8: 1.4x / 2.1x; D = 16: 1.4x / 2.1x; D = 32: 1.1x / 1.9x; the Table-8 model
+(V = 128, D = 64): 0.9x / 1.7x.  So on a CPU the ensemble's gain is mostly that one
+process keeps every core busy: against the same 8 runs over 2 worker processes it was
+1.4–3.1x faster.
 
 Limits: the blocks must vmap (pure PyTorch ops, no data-dependent Python control flow,
 no custom CUDA/Triton kernels, no in-place updates of buffers); :func:`run_ensemble` checks
