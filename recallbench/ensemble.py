@@ -47,7 +47,7 @@ against 8 sequential ``train.run`` calls: D = 4: 1.45x with 1 thread, 2.3x with 
 D = 8: 1.4x / 2.1x; D = 16: 1.4x / 2.1x; D = 32: 1.1x / 1.9x; the Table-8 model
 (V = 128, D = 64): 0.9x / 1.7x.  So on a CPU the ensemble's gain is mostly that one
 process keeps every core busy: against the same 8 runs over 2 worker processes it was
-1.4–3.1x faster.
+1.4–3.1x faster (those were slower than the sequential runs in this 100-step setting).
 
 Limits: the blocks must vmap (pure PyTorch ops, no data-dependent Python control flow,
 no custom CUDA/Triton kernels, no in-place updates of buffers); :func:`run_ensemble` checks
