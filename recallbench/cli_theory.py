@@ -131,7 +131,7 @@ def render_text(out: dict) -> str:
         forms = out["recall_forms"]
         lines += [
             f"  σ = √(a·N_f/(Λ·N·D) + 1/D) = {_g(out['sigma'])}   (1/σ = {_g(out['inv_sigma'])}, "
-            f"m_V = {_g(out['m_v'])}, √(2 log V) = {_g(math.sqrt(2 * math.log(out['vocab_size'])))})",
+            f"m_V = {_g(out['m_v'])}, √(2 log V) = {_g(theory.sqrt_2_log_v(out['vocab_size']))})",
             f"  recall p = {_g(out['recall'])}  [{out['form']}]   "
             f"(eq. 19: {_g(forms['eq19'])}, eq. 20: {_g(forms['eq20'])}, Rem 4.3: {_g(forms['rem43'])})",
             f"  top-{out['top_k']} recall (Gaussian model of eq. 19) = {_g(out['recall_topk'])}",

@@ -233,7 +233,7 @@ def fit_collapse(correct, total, d_model, d_state, num_facts, vocab_size, n_laye
     a_hi = math.inf if la_hi >= LOG_A_BOUNDS[1] else math.exp(la_hi)
     paper_a = theory.coefficient_a(model_kind, task) if model_kind else None
     return CollapseFit(a=math.exp(la_hat), a_ci=(a_lo, a_hi), b=b_hat, b_ci=(b_lo, b_hi),
-                       paper_a=paper_a, paper_b=math.sqrt(2.0 * math.log(v[0])),
+                       paper_a=paper_a, paper_b=theory.sqrt_2_log_v(v[0]),
                        vocab_size=float(v[0]), level=level, nll=f_hat, deviance=deviance,
                        dof=dof, dispersion=phi, n_points=len(k))
 

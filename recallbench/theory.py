@@ -117,11 +117,21 @@ def inverse_sigma(num_facts, d_model, d_state, a, n_layers=1):
                         / (np.asarray(a, float) * np.asarray(num_facts, float) + n_eff)))
 
 
+def sqrt_2_log_v(vocab_size):
+    """√(2 log V): Rem 4.3's threshold, p ≈ Φ(1/σ − √(2 log V)), and m_V's leading term."""
+    return _out(np.sqrt(2.0 * np.log(np.asarray(vocab_size, float))))
+
+
 def m_v(vocab_size):
     """m_V = √(2 log V) − (log log V + log 4π) / (2 √(2 log V)), eq. 20 (V ≥ 3)."""
     v = np.asarray(vocab_size, float)
-    r = np.sqrt(2.0 * np.log(v))
+    r = np.asarray(sqrt_2_log_v(v))
     return _out(r - (np.log(np.log(v)) + np.log(4.0 * np.pi)) / (2.0 * r))
+
+
+def _threshold(vocab_size, form: str):
+    """b of the two Gaussian forms, p = Φ(1/σ − b): m_V (eq. 20) or √(2 log V) (Rem 4.3)."""
+    return np.asarray(m_v(vocab_size) if form == "eq20" else sqrt_2_log_v(vocab_size))
 
 
 # -- eq. 19 and its top-k extension, by quadrature ----------------------------------
@@ -205,9 +215,7 @@ def recall_from_inverse_sigma(inv_sig, vocab_size, form: str = "eq19"):
     s = np.asarray(inv_sig, float)
     if form == "eq19":
         return _out(_quadrature(s, vocab_size, 1)[0])
-    if form == "eq20":
-        return _out(special.ndtr(s - np.asarray(m_v(vocab_size))))
-    return _out(special.ndtr(s - np.sqrt(2.0 * np.log(np.asarray(vocab_size, float)))))
+    return _out(special.ndtr(s - _threshold(vocab_size, form)))
 
 
 def failure_from_inverse_sigma(inv_sig, vocab_size, form: str = "eq19"):
@@ -216,9 +224,7 @@ def failure_from_inverse_sigma(inv_sig, vocab_size, form: str = "eq19"):
     s = np.asarray(inv_sig, float)
     if form == "eq19":
         return _out(_quadrature(s, vocab_size, 1)[1])
-    if form == "eq20":
-        return _out(special.ndtr(np.asarray(m_v(vocab_size)) - s))
-    return _out(special.ndtr(np.sqrt(2.0 * np.log(np.asarray(vocab_size, float))) - s))
+    return _out(special.ndtr(_threshold(vocab_size, form) - s))
 
 
 def recall_from_sigma(sig, vocab_size, form: str = "eq19"):
@@ -297,10 +303,8 @@ def required_inverse_sigma(target: float, vocab_size: float, form: str = "eq19")
     _check_form(form)
     if not 0.0 < target < 1.0:
         raise ValueError(f"target = {target!r} is not allowed: must be in (0, 1)")
-    if form == "eq20":
-        return max(0.0, float(m_v(vocab_size)) + float(special.ndtri(target)))
-    if form == "rem43":
-        return max(0.0, math.sqrt(2.0 * math.log(vocab_size)) + float(special.ndtri(target)))
+    if form in ("eq20", "rem43"):
+        return max(0.0, float(_threshold(vocab_size, form)) + float(special.ndtri(target)))
     if target <= 1.0 / vocab_size:
         return 0.0
     if target > 0.5:
