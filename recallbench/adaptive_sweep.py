@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from .errors import ConfigError
 from .result import failed_record
-from .scorer import _jsonable  # plain JSON: numpy scalars to Python, inf and nan to null
+from .scorer import _jsonable, best_run  # _jsonable: numpy to Python, inf and nan to null
 
 SEARCH_AXES = ("model.d_model", "model.d_state")
 SEED_AXIS = "train.seed"
@@ -51,12 +51,10 @@ def candidates(points: list) -> tuple[dict, dict[tuple[int, int], list]]:
 
 
 def best_of_seeds(records: list[dict]) -> dict:
-    """The ok record with the highest accuracy (ties: the lowest seed); the first record
-    when none is ok."""
+    """The best ok record by the scorer's rule (:func:`recallbench.scorer.best_run`); the
+    first record when none is ok."""
     ok = [r for r in records if r.get("status") == "ok"]
-    if not ok:
-        return records[0]
-    return max(ok, key=lambda r: (r.get("accuracy", -1.0), -int(r.get("seed") or 0)))
+    return best_run(ok) if ok else records[0]
 
 
 def run_adaptive(points: list, store, executor, *, tol: float = 0.10, max_runs: int = 40,

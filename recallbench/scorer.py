@@ -225,6 +225,13 @@ def _jsonable(obj: Any) -> Any:
 
 # -- per cell -------------------------------------------------------------------------
 
+def best_run(runs: Iterable[Mapping]) -> Mapping:
+    """Best of seeds, the paper's convention: the highest accuracy (correct / total), then
+    the larger test set, then the lowest seed."""
+    return max(runs, key=lambda r: (r["correct"] / r["total"] if r.get("total") else -1,
+                                    r.get("total", 0), -int(r.get("seed") or 0)))
+
+
 def _view(correct, total, level):
     lo, hi = fit.binomial_interval(correct, total, level)
     return [float(lo), float(hi)]
@@ -251,9 +258,7 @@ def _cell_summary(runs: list[dict], failed: list[dict], level: float) -> dict:
     cell["state_bits"] = first.get("state_bits") or 32
     cell["state_note"] = first.get("state_note")
     cell["info_bits"] = _info_bits(first, task)
-    # best of seeds (and of training variants)
-    best = max(runs, key=lambda r: (r["correct"] / r["total"] if r.get("total") else -1,
-                                    r.get("total", 0), -int(r.get("seed") or 0)))
+    best = best_run(runs)  # best of seeds (and of training variants)
     top_k = best.get("top_k")
     cell["best"] = {
         "label": "best of seeds",

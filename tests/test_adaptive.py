@@ -206,9 +206,9 @@ def test_adaptive_sweep_takes_the_best_of_seeds(cli, tmp_path):
 def test_best_of_seeds():
     from recallbench.adaptive_sweep import best_of_seeds
 
-    a = {"status": "ok", "accuracy": 0.5, "seed": 2}
-    b = {"status": "ok", "accuracy": 0.5, "seed": 1}
-    c = {"status": "ok", "accuracy": 0.4, "seed": 0}
+    a = {"status": "ok", "accuracy": 0.5, "correct": 50, "total": 100, "seed": 2}
+    b = {"status": "ok", "accuracy": 0.5, "correct": 50, "total": 100, "seed": 1}
+    c = {"status": "ok", "accuracy": 0.4, "correct": 40, "total": 100, "seed": 0}
     bad = {"status": "failed", "seed": 3}
     assert best_of_seeds([c, a, b, bad]) is b  # highest accuracy, then the lowest seed
     assert best_of_seeds([bad, {"status": "failed", "seed": 4}]) is bad
