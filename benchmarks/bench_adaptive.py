@@ -34,6 +34,7 @@ from pathlib import Path
 
 from recallbench.adaptive import adaptive_search, cell_config, fit_records
 from recallbench.adaptive_sweep import best_of_seeds
+from recallbench.store import read_lines
 from recallbench.train import run
 
 GRIDS = {
@@ -63,11 +64,7 @@ def full_grid(base: dict, cells, path: Path | None) -> tuple[list[dict], int]:
     Returns the records and how many were read."""
     have = {}
     if path is not None and path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:  # a torn last line: that cell runs again
-                continue
+        for r in read_lines(path)[0]:  # a torn last line is reported and its cell runs again
             train = r["config"]["train"]
             if (r.get("status") == "ok" and r["config"]["task"] == run_task(base)
                     and r["config"]["model"]["adapter"] == base["model"]["adapter"]

@@ -106,7 +106,7 @@ def run_adaptive(points: list, store, executor, *, tol: float = 0.10, max_runs: 
                 ok = rec.get("status") == "ok"
                 counts["failed"] += not ok
                 what = (f"accuracy {rec.get('accuracy', math.nan):.4f}" if ok
-                        else f"FAILED: {rec.get('error') or rec.get('reason') or '?'}")
+                        else f"FAILED: {rec.get('error')}")
                 echo(f"  ran {p.label()}: {what} ({time.perf_counter() - start:.0f} s)")
         return [best_of_seeds([got[p.hash] for p in ps]) for ps in chosen]
 

@@ -382,21 +382,20 @@ def write_figures(report: Mapping, out_dir: str | Path) -> list[str]:
     out = Path(out_dir)
     written = []
     for g in report.get("groups", []):
-        slices: dict[tuple, int] = {}
-        for c in g["cells"]:
-            if c.get("best") and c.get("d_state") is not None and c.get("d_model") is not None:
-                key = (c["num_facts"], c["seq_len"], c["n_layers"])
-                slices[key] = slices.get(key, 0) + 1
-        for (nf, sl, lam), count in sorted(slices.items(), key=lambda t: tuple(x or 0 for x in t[0])):
-            if count < 2:
-                continue
-            fig = heatmap_figure(g, nf, sl, lam)
-            written.append(_save(fig, out / f"heatmap_{g['slug']}_nf{nf}_L{sl}_l{lam}.png"))
-        layers: dict[tuple, set] = {}
-        for c in g["cells"]:
-            if c.get("best") and c.get("d_state") is not None and c.get("d_model") is not None:
-                layers.setdefault((c["num_facts"], c["seq_len"], c["d_model"]), set()).add(c["n_layers"])
-        for (nf, sl, d), lams in sorted(layers.items(), key=lambda t: tuple(x or 0 for x in t[0])):
+        plotted = [c for c in g["cells"] if c.get("best") and c.get("d_state") is not None
+                   and c.get("d_model") is not None]
+        slices: dict[tuple, int] = {}  # (N_f, L, Λ) -> cells: one heatmap each
+        layers: dict[tuple, set] = {}  # (N_f, L, D) -> values of Λ: one exchange plot each
+        for c in plotted:
+            key = (c["num_facts"], c["seq_len"], c["n_layers"])
+            slices[key] = slices.get(key, 0) + 1
+            layers.setdefault((c["num_facts"], c["seq_len"], c["d_model"]), set()).add(c["n_layers"])
+        in_order = lambda items: sorted(items, key=lambda t: tuple(x or 0 for x in t[0]))  # noqa: E731
+        for (nf, sl, lam), count in in_order(slices.items()):
+            if count >= 2:
+                fig = heatmap_figure(g, nf, sl, lam)
+                written.append(_save(fig, out / f"heatmap_{g['slug']}_nf{nf}_L{sl}_l{lam}.png"))
+        for (nf, sl, d), lams in in_order(layers.items()):
             if len(lams) >= 2:
                 fig = exchange_figure(g, nf, sl, d)
                 written.append(_save(fig, out / f"exchange_{g['slug']}_nf{nf}_L{sl}_d{d}.png"))
