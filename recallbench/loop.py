@@ -19,15 +19,22 @@ def masked_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: fl
                                        ignore_index=IGNORE, label_smoothing=label_smoothing)
 
 
+def asked(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits (Q, V) and answers (Q,) at the Q positions that ask a question
+    (``targets != IGNORE``).  A model with ``logits_at`` (as
+    :class:`recallbench.model.RecallModel`) reads out only those positions; any other is
+    read out everywhere and then selected."""
+    mask = targets != IGNORE
+    logits = model.logits_at(inputs, mask) if hasattr(model, "logits_at") else model(inputs)[mask]
+    return logits, targets[mask]
+
+
 def labelled_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
                   label_smoothing: float = 0.0) -> torch.Tensor:
-    """:func:`masked_loss` of ``model(inputs)``, reading out only the labelled positions
-    when the model can (``logits_at``, as :class:`recallbench.model.RecallModel`): the same
-    loss, with a quarter of the read-out for MQAR."""
-    if not hasattr(model, "logits_at"):
-        return masked_loss(model(inputs), targets, label_smoothing)
-    mask = targets != IGNORE
-    return nn.functional.cross_entropy(model.logits_at(inputs, mask), targets[mask],
+    """:func:`masked_loss` of ``model(inputs)``, computed from :func:`asked` (a quarter of
+    the read-out for MQAR when the model has ``logits_at``)."""
+    return nn.functional.cross_entropy(*asked(model, inputs, targets),
                                        label_smoothing=label_smoothing)
 
 

@@ -14,11 +14,10 @@ import torch
 from lightning import LightningModule
 
 from .config import TrainConfig
-from .loop import labelled_loss
+from .loop import asked, labelled_loss
 from .metrics import RecallAccuracy
 from .model import RecallModel
 from .schedule import warmup_flat_cosine
-from .task import IGNORE
 
 
 class DivergedError(RuntimeError):
@@ -49,8 +48,7 @@ class RecallModule(LightningModule):
 
     def validation_step(self, batch, batch_idx):
         inputs, targets = batch
-        mask = targets != IGNORE
-        self.val_metric.update(self.model.logits_at(inputs, mask), targets[mask])
+        self.val_metric.update(*asked(self.model, inputs, targets))
 
     def on_validation_epoch_end(self):
         acc = float(self.val_metric.compute()["accuracy"])

@@ -19,11 +19,11 @@ import torch
 from .config import RunConfig, resolve
 from .data import MODEL_STREAM, RecallDataModule, make_generator
 from .errors import UnavailableError
+from .loop import asked
 from .metrics import RecallAccuracy
 from .model import RecallModel
 from .registry import ADAPTERS
 from .result import make_record
-from .task import IGNORE
 
 # Models with at most this many inner channels are "tiny": on CPU one thread beats
 # several, because per-op dispatch dominates and threads only add synchronization
@@ -86,12 +86,9 @@ def score(model: torch.nn.Module, data: tuple[torch.Tensor, torch.Tensor], top_k
     model.eval()
     inputs, targets = data
     for i in range(0, len(inputs), batch_size):
-        x, y = inputs[i:i + batch_size].to(device), targets[i:i + batch_size]
-        if hasattr(model, "logits_at"):  # read out only the asked positions
-            mask = y != IGNORE
-            metric.update(model.logits_at(x, mask.to(device)).float().cpu(), y[mask])
-        else:
-            metric.update(model(x).float().cpu(), y)
+        logits, answers = asked(model, inputs[i:i + batch_size].to(device),
+                                targets[i:i + batch_size].to(device))
+        metric.update(logits.float().cpu(), answers.cpu())
     return {k: (v.item()) for k, v in metric.compute().items()}
 
 
