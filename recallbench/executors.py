@@ -11,7 +11,10 @@ that killed its worker).  A work item is a list of configs: one point, or with
 * ``ray``: tasks on an existing cluster (``--address``) or on a local one started with
   ``ray.init(num_cpus=workers · threads)``; each task asks for ``threads`` CPUs.
 
-Only the driver (:func:`run_sweep`) writes the store, one record as each item finishes.
+An executor's workers (the process pool, the local Ray instance) start on the first
+``run`` and are kept for the next one (an adaptive search calls it once a round) until
+``close()``.  Only the driver (:func:`run_sweep`) writes the store, one record as each
+item finishes.
 """
 from __future__ import annotations
 
@@ -123,11 +126,14 @@ class Processes:
     def run(self, items: list[list[dict]]) -> Iterator[tuple[int, Any]]:
         from concurrent.futures.process import BrokenProcessPool
 
+        if not items:
+            return
         todo = list(range(len(items)))[::-1]
         window = 2 * self.workers  # enough queued that no worker waits for the driver
         pending: dict[cf.Future, int] = {}
         crashes: dict[int, int] = {}  # item → pool crashes it was in flight for
-        self._pool = self._new_pool()
+        if self._pool is None:  # kept between calls: an adaptive search calls once a round
+            self._pool = self._new_pool()
         try:
             while todo or pending:
                 while todo and len(pending) < window:
@@ -161,7 +167,8 @@ class Processes:
                         else:
                             todo.append(i)
         finally:
-            self.close()
+            if pending:  # left early (an error, Ctrl-C): drop the work still queued
+                self.close()
 
     def close(self) -> None:
         if self._pool is not None:
@@ -210,10 +217,9 @@ class Ray:
                         yield i, ray.get(ref)
                     except Exception as exc:  # worker died, task error, ...
                         yield i, RuntimeError(f"ray task failed: {_reason(exc)}")
-        finally:
+        finally:  # the cluster stays up for the next call until close()
             for ref in refs:
                 ray.cancel(ref, force=True)
-            self.close()
 
     def close(self) -> None:
         if self._started:

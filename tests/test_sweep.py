@@ -299,6 +299,30 @@ def test_processes_executor_matches_inprocess(cli, tmp_path):
     assert {h: r["accuracy"] for h, r in a.items()} == {h: r["accuracy"] for h, r in b.items()}
 
 
+def test_processes_pool_is_kept_between_calls_until_close():
+    """An adaptive search calls run() once a round: the workers must not respawn each time."""
+    from recallbench.config import resolve
+    from recallbench.executors import Processes
+
+    cfgs = [resolve({**base("designed"), "train": {**TRAIN, "seed": s}}).to_dict()
+            for s in range(3)]
+    ex = Processes(workers=2)
+    try:
+        first = dict(ex.run([[c] for c in cfgs[:2]]))
+        pool = ex._pool
+        assert pool is not None
+        second = dict(ex.run([[cfgs[2]]]))
+        assert ex._pool is pool  # the same workers served the second call
+        assert [r[0]["status"] for r in (*first.values(), *second.values())] == ["ok"] * 3
+        it = ex.run([[c] for c in cfgs])
+        next(it)
+        it.close()  # the caller stops early: queued work is dropped with the pool
+        assert ex._pool is None
+    finally:
+        ex.close()
+    assert ex._pool is None
+
+
 def test_ray_executor(cli, tmp_path):
     pytest.importorskip("ray", reason="ray is not installed (pip install 'recallbench[ray]')")
     path = write_sweep(tmp_path / "s.yaml", {"base": base(), "axes": {
