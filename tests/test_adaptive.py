@@ -159,6 +159,33 @@ def test_adaptive_sweep_runs_through_the_store_and_resumes(cli, tmp_path):
     assert len((tmp_path / "st" / "results.jsonl").read_text().splitlines()) == len(lines)
 
 
+@pytest.mark.parametrize("executor", ["processes", "ray"])
+def test_adaptive_sweep_on_worker_executors_matches_in_process(cli, tmp_path, executor):
+    """Rounds on workers (the executor is called once a round): same cells, same a."""
+    import json
+
+    import yaml
+
+    if executor == "ray":
+        pytest.importorskip("ray", reason="ray is not installed (pip install 'recallbench[ray]')")
+    sweep = {"base": {"task": {"name": "mqar", "vocab_size": 64, "seq_len": 32, "num_facts": 8},
+                      "model": {"adapter": "designed"},
+                      "train": {"test_size": 128, "val_size": 8, "progress": False}},
+             "axes": {"model.d_model": [4, 8, 12, 16, 24, 32], "model.d_state": [1, 2, 4, 8]},
+             "skip": {"n_gt_d": True}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(sweep))
+    rc, out, err = cli("sweep", "s.yaml", "--store", "here", "--adaptive", "--max-runs", "6")
+    assert rc == 0, err
+    rc, out, err = cli("sweep", "s.yaml", "--store", "there", "--adaptive", "--max-runs", "6",
+                       "--executor", executor, "--workers", "2")
+    assert rc == 0, err + out
+    assert "round 2:" in out  # batches of 2 (one per worker): three rounds at least
+    here, there = (json.loads((tmp_path / st / "adaptive.json").read_text())
+                   for st in ("here", "there"))
+    assert there["cells"] == here["cells"] and there["ran"] == here["ran"] == 6
+    assert there["a"] == pytest.approx(here["a"], rel=1e-9)
+
+
 def test_adaptive_sweep_refuses_other_axes(cli, tmp_path):
     import yaml
 
