@@ -18,6 +18,17 @@ stopping rule (``--stop``: ``interval`` stops when a's 95% CI is within ±tol, `
 when three consecutive fits agree within tol/2; trained runs scatter far more than
 binomial noise, so on them only the second can stop before the budget).
 
+Two more measurements put those numbers in context:
+
+- **random cells, same count**: ``--random-draws`` fits of that many cells drawn at random
+  from the same grid (no theory), and how often they land within ±tol of the full grid's
+  a: the alternative the search has to beat;
+- **runs needed**: the search run without a stopping rule up to ``--needed-budget`` cells;
+  printed is the number of runs (and their wall time) after which every later fit stays
+  within ±tol of the full grid's a.  It looks at the answer, so no search could stop
+  there by itself; it is the number the aim "fit a within ±10% with ≤ 10% of the runs"
+  is about.
+
 ``--full-grid FILE``: full-grid records are read from FILE (JSONL, one record per line,
 e.g. a result store's ``results.jsonl``) where it holds them (same task, adapter, seed,
 steps, test size and early stop); missing cells are run and appended as each finishes, so
@@ -31,6 +42,8 @@ import json
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 from recallbench.adaptive import adaptive_search, cell_config, fit_records
 from recallbench.adaptive_sweep import best_of_seeds
@@ -102,6 +115,33 @@ def best_of(per_seed: list[dict]) -> dict:
     return {c: best_of_seeds([g[c] for g in per_seed]) for c in per_seed[0]}
 
 
+def random_subsets(by_cell: dict, count: int, target: float, tol: float, draws: int,
+                   kind: str, seed: int = 0) -> tuple[float, float]:
+    """Fit ``draws`` random sets of ``count`` cells of ``by_cell``: the share whose a lies
+    within ±tol of ``target``, and the median relative distance."""
+    rng = np.random.default_rng(seed)
+    cells = list(by_cell)
+    dist = []
+    for _ in range(draws):
+        pick = rng.choice(len(cells), size=min(count, len(cells)), replace=False)
+        try:
+            a = fit_records([by_cell[cells[i]] for i in pick], model_kind=kind).a
+        except ValueError:  # too few usable points: counts as a miss
+            a = float("nan")
+        dist.append(abs(a - target) / target if np.isfinite(a) else np.inf)
+    dist = np.array(dist)
+    return float(np.mean(dist <= tol)), float(np.median(dist))
+
+
+def settled_at(history: list[dict], target: float, tol: float) -> int | None:
+    """Runs after which every later round's a lies within ±tol of ``target`` (None: never)."""
+    inside = [abs(h["a"] - target) <= tol * target for h in history]
+    for i in range(len(history)):
+        if all(inside[i:]):
+            return history[i]["runs"]
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--adapter", default="linear-mamba", choices=["linear-mamba", "designed"])
@@ -127,6 +167,10 @@ def main() -> None:
     ap.add_argument("--full-grid", type=Path, default=None,
                     help="JSONL cache of the full grids (records of every seed)")
     ap.add_argument("--history", action="store_true", help="print every round of the searches")
+    ap.add_argument("--random-draws", type=int, default=100,
+                    help="random cell sets fitted per search, for the no-theory baseline")
+    ap.add_argument("--needed-budget", type=int, default=90,
+                    help="cells the search may run when measuring the runs needed")
     args = ap.parse_args()
     grid = args.grid or ("dense" if args.adapter == "designed" else "coarse")
     ds, ns = GRIDS[grid]
@@ -185,10 +229,34 @@ def main() -> None:
                   f"{out['stopped']:<9} a = {out['a']:.3f} [{out['a_ci'][0]:.3f}, "
                   f"{out['a_ci'][1]:.3f}] (±{out['half_width']:.0%}), {dist:.1%} from this "
                   f"full grid's a" + (" (within tol)" if dist <= args.tol else " (outside tol)"))
+            share, med = random_subsets(by_cell, out["runs"], full.a, args.tol,
+                                        args.random_draws, kind)
+            print(f"{'':13}random {out['runs']} cells: {share:.0%} of {args.random_draws} "
+                  f"within tol, median {med:.1%} from the full grid's a")
             if args.history:
                 for h in out["history"]:
                     cells_s = " ".join(f"{d}x{n}" for d, n in h["cells"])
                     print(f"      round {h['round']}: {cells_s} -> a = {h['a']:.3f}")
+
+    print(f"\nruns needed: the search without a stopping rule, up to {args.needed_budget} cells; "
+          f"runs after which every later fit stays within ±{args.tol:.0%} of the full grid's a")
+    for label, by_cell, per in data:
+        for lo, hi in args.p_range or [(0.05, 0.95), (0.2, 0.8)]:
+            out = adaptive_search(base_config(args), cells, tol=0.0, stop="interval",
+                                  runner=lambda cfg, d=by_cell: d[(cfg["model"]["d_model"],
+                                                                   cfg["model"]["d_state"])],
+                                  max_runs=args.needed_budget, batch=args.batch, p_range=(lo, hi))
+            full = fulls[label]
+            at = settled_at(out["history"], full.a, args.tol)
+            if at is None:
+                print(f"  {label:<10} p in [{lo}, {hi}]: not within {out['runs'] * per} runs "
+                      f"(last a = {out['a']:.3f}, full grid {full.a:.3f})")
+                continue
+            used = out["cells"][:at]
+            wall = sum(run_wall(d[c]) for _, d, p in data if p == 1 for c in used) \
+                if per > 1 else sum(run_wall(by_cell[c]) for c in used)
+            print(f"  {label:<10} p in [{lo}, {hi}]: {at * per:>3} runs ({at / len(cells):.0%} of "
+                  f"the grid's), {wall:6.1f} s of runs")
 
 
 if __name__ == "__main__":

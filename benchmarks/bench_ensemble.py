@@ -12,12 +12,15 @@ Measured in this run, on this machine, for each shape:
    these sizes);
 2. the same K configs as one batched ensemble (``recallbench.ensemble.run_ensemble``)
    with 1 thread, and with all cores (``--threads``);
+   and one member alone as a 1-member ensemble on 1 thread, times K: the ensemble's code
+   without the batching, so ``1-member x K / batched 1t`` is what batching itself gains;
 3. with more than one core, the K single runs spread over one worker process per core
    (the sweep's ``--executor processes``; the pool is started and warmed before timing),
    the alternative that also uses every core.
 
 Printed: wall times, the ratio sequential/batched for each thread count, the ratio
-processes/batched on all cores, and the largest difference between a member's test
+processes/batched on all cores, batching alone (1-member x K / batched on 1 thread), and
+the largest difference between a member's test
 accuracy and its single run's (members draw the single runs' data and initial weights,
 so they agree up to float rounding).  Timings on a
 machine shared with other jobs are noisy: ``--repeat`` alternates the measurements and
@@ -70,18 +73,20 @@ def spread(pool, cfgs):
 
 
 def measure(cfgs: list[dict], threads: list[int], repeat: int, pool):
-    seq_t, bat_t, par_t = [], {t: [] for t in threads}, []
+    seq_t, one_t, bat_t, par_t = [], [], {t: [] for t in threads}, []
     seq_recs = bat_recs = None
     for _ in range(repeat):
         t, seq_recs = timed(sequential, cfgs)
         seq_t.append(t)
+        one_t.append(len(cfgs) * timed(run_ensemble, with_train(cfgs[:1], threads=1))[0])
         for th in threads:
             t, bat_recs = timed(run_ensemble, with_train(cfgs, threads=th))
             bat_t[th].append(t)
         if pool is not None:
             par_t.append(timed(spread, pool, cfgs)[0])
     diff = max(abs(a["accuracy"] - b["accuracy"]) for a, b in zip(seq_recs, bat_recs))
-    return (statistics.median(seq_t), {t: statistics.median(v) for t, v in bat_t.items()},
+    return (statistics.median(seq_t), statistics.median(one_t),
+            {t: statistics.median(v) for t, v in bat_t.items()},
             statistics.median(par_t) if par_t else None, diff)
 
 
@@ -111,19 +116,20 @@ def main() -> None:
     if pool is not None:
         spread(pool, warm * cores)  # start and warm the workers
     top = max(threads)
-    head = f"{'task, shape':<24}{'sequential':>12}" + "".join(
+    head = f"{'task, shape':<24}{'sequential':>12}{f'1-member x{K}':>14}" + "".join(
         f"{f'batched {t}t':>14}{'ratio':>8}" for t in threads) + (
         f"{f'processes x{cores}':>16}{f'batched {top}t / it':>18}" if pool else "") + \
-        f"{'max |Δacc|':>12}"
+        f"{'batching alone':>16}{'max |Δacc|':>12}"
     print(head)
     try:
         for (d, n), vocab in shapes:
             cfgs = configs(K, S, d, n, vocab)
-            seq, bat, par, diff = measure(cfgs, threads, args.repeat, pool)
+            seq, one, bat, par, diff = measure(cfgs, threads, args.repeat, pool)
             v = cfgs[0]["task"]["vocab_size"]
-            row = f"{f'V={v} D={d} N={n}':<24}{seq:>11.1f}s" + "".join(
+            row = f"{f'V={v} D={d} N={n}':<24}{seq:>11.1f}s{one:>13.1f}s" + "".join(
                 f"{bat[t]:>13.1f}s{seq / bat[t]:>7.2f}x" for t in threads) + (
-                f"{par:>15.1f}s{par / bat[top]:>17.2f}x" if pool else "") + f"{diff:>12.4f}"
+                f"{par:>15.1f}s{par / bat[top]:>17.2f}x" if pool else "") + \
+                f"{one / bat[1] if 1 in bat else float('nan'):>15.2f}x{diff:>12.4f}"
             print(row, flush=True)
     finally:
         if pool is not None:

@@ -23,8 +23,9 @@ def test_bench_ensemble_prints_a_ratio_per_shape_and_thread_count():
     for row in rows:
         times = [float(t) for t in re.findall(r"([\d.]+)s\b", row)]
         ratios = [float(r) for r in re.findall(r"([\d.]+)x\b", row)]
-        # sequential, batched 1 thread (and processes on a multi-core machine)
-        assert len(times) == len(ratios) + 1 and len(times) in (2, 3)
+        # sequential, 1 member x K, batched 1 thread (and processes on a multi-core machine);
+        # ratios: sequential/batched, (processes/batched), batching alone
+        assert len(times) == len(ratios) + 1 and len(times) in (3, 4)
         assert all(t > 0 for t in times) and all(r > 0 for r in ratios)
         assert float(row.split()[-1]) < 0.02  # members reproduce the single runs
 
@@ -33,14 +34,20 @@ def test_bench_adaptive_on_the_designed_model(tmp_path):
     grid = tmp_path / "grid.jsonl"
     out = bench("bench_adaptive.py", "--adapter", "designed", "--grid", "coarse",
                 "--max-runs", "12", "--p-range", "0.2", "0.8", "--stop", "either",
-                "--full-grid", str(grid))
+                "--random-draws", "4", "--needed-budget", "16", "--full-grid", str(grid))
     assert re.search(r"seed 0 +\d+ runs, .* a = [\d.]+ \[", out)
-    line = next(ln for ln in out.splitlines() if "p in [0.2, 0.8], stop either" in ln)
-    runs = int(re.search(r"either\s+(\d+) runs", line).group(1))
+    lines = out.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "p in [0.2, 0.8], stop either" in ln)
+    runs = int(re.search(r"either\s+(\d+) runs", lines[at]).group(1))
     assert 4 <= runs <= 12
+    # the no-theory baseline: as many random cells as the search ran
+    assert re.search(rf"random {runs} cells: \d+% of 4 within tol, median [\d.]+%", lines[at + 1])
+    needed = lines[lines.index(next(ln for ln in lines if ln.startswith("runs needed"))) + 1]
+    assert re.match(r"\s+seed 0 +p in \[0.2, 0.8\]: (\s*\d+ runs \(\d+% of the grid's\)"
+                    r"|not within 16 runs)", needed), needed
     cells = int(re.search(r"coarse grid of (\d+) cells", out).group(1))
     assert len(grid.read_text().splitlines()) == cells  # appended as it ran
     again = bench("bench_adaptive.py", "--adapter", "designed", "--grid", "coarse",
                   "--max-runs", "12", "--p-range", "0.2", "0.8", "--stop", "either",
-                  "--full-grid", str(grid))
+                  "--random-draws", "4", "--needed-budget", "16", "--full-grid", str(grid))
     assert f"{cells} runs read" in again
