@@ -22,7 +22,7 @@ FORMS = ("auto", "parallel", "chunked", "recurrent")
 
 
 def causal_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                            chunk_size: int = 256, form: str = "auto") -> torch.Tensor:
+                            chunk_size: int = 64, form: str = "auto") -> torch.Tensor:
     """``form``: auto (parallel up to ``chunk_size`` tokens, chunked beyond), parallel,
     chunked, or recurrent (the slow reference)."""
     L = q.shape[-2]

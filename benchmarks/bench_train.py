@@ -8,8 +8,10 @@ Prints, measured in this run on this machine:
    fixed start-up cost printed beside it) and through a bare PyTorch loop
    (``recallbench.loop.train_steps``) on the same model, data and batch size; the
    ratio is the harness's per-step overhead;
-2. forward+backward time of the layer in its parallel form vs the step-by-step
-   recurrence (``causal_linear_attention_recurrent``);
+2. forward+backward time of the layer in its parallel form, its chunked form with chunks
+   of 32, 64 (the default beyond 64 tokens) and 256 tokens, and the step-by-step
+   recurrence (``causal_linear_attention_recurrent``), at L = 64, 128 and 320 (the
+   paper's layer grid);
 3. one thread vs two for the bare loop;
 4. the default run with early stop at 0.99: steps and seconds of training;
 5. the bare loop reading out only the labelled positions (``RecallModel.logits_at``, what
@@ -60,10 +62,10 @@ def harness_rate(raw, steps: int) -> tuple[float, float]:
     return raw["train"].get("batch_size", 64) / per_step, t_short - short * per_step
 
 
-def layer_time(form: str, B: int, L: int, reps: int = 5) -> float:
+def layer_time(form: str, B: int, L: int, reps: int = 5, chunk_size: int = 64) -> float:
     from recallbench.adapters.linear_mamba import LinearMambaLayer
 
-    layer = LinearMambaLayer(64, 16, form=form)
+    layer = LinearMambaLayer(64, 16, form=form, chunk_size=chunk_size)
     u = torch.randn(B, L, 64, requires_grad=True)
     layer(u).sum().backward()
     start = time.perf_counter()
@@ -85,12 +87,17 @@ def main() -> None:
     print(f"   harness {harness:,.0f} seq/s per step (+{fixed:.1f} s fixed start-up), "
           f"bare loop {bare:,.0f} seq/s, ratio harness/bare {harness / bare:.2f}")
 
-    print("2. linear-mamba layer fwd+bwd (D=64, N=16), parallel vs recurrent:")
+    print("2. linear-mamba layer fwd+bwd (D=64, N=16, 1 thread): parallel, chunked and "
+          "recurrent forms")
     torch.set_num_threads(1)
-    for B, L in [(64, 64), (16, 256)]:
-        par, rec = layer_time("parallel", B, L), layer_time("recurrent", B, L)
-        print(f"   B={B} L={L}: parallel {par * 1e3:.1f} ms, recurrent {rec * 1e3:.1f} ms, "
-              f"ratio {rec / par:.1f}x")
+    for B, L in [(64, 64), (64, 128), (64, 320)]:
+        par, rec = layer_time("parallel", B, L), layer_time("recurrent", B, L, reps=2)
+        chunked = {c: layer_time("chunked", B, L, chunk_size=c) for c in (32, 64, 256)}
+        print(f"   B={B} L={L}: parallel {par * 1e3:.1f} ms, " + ", ".join(
+            f"chunked({c}) {t * 1e3:.1f} ms" for c, t in chunked.items())
+            + f", recurrent {rec * 1e3:.1f} ms; parallel/chunked(64) {par / chunked[64]:.2f}x, "
+              f"chunked(256)/chunked(64) {chunked[256] / chunked[64]:.2f}x, "
+              f"recurrent/parallel {rec / par:.1f}x")
 
     two = bare_rate(cfg, args.steps // 2, 2)
     one = bare_rate(cfg, args.steps // 2, 1)
