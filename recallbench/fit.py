@@ -204,6 +204,9 @@ def fit_collapse(correct, total, d_model, d_state, num_facts, vocab_size, n_laye
     if len(k) < 2:
         raise ValueError("fit_collapse needs at least 2 points with queries")
     n_eff = lam * ns
+    if len(set(zip(n_eff, d, nf))) < 2:  # every point has the same x(a): one equation, two unknowns
+        raise ValueError("fit_collapse needs points at 2 or more distinct (Λ·N, D, N_f): at one, "
+                         "a and b are not identified")
 
     def nll(log_a, b):
         x = np.sqrt(n_eff * d / (math.exp(log_a) * nf + n_eff))

@@ -137,3 +137,12 @@ def test_capacity_report():
 def test_collapse_fit_needs_one_vocabulary():
     with pytest.raises(ValueError):
         fit.fit_collapse([1, 2], [10, 10], [8, 8], [2, 4], 16, [128, 256])
+
+
+def test_collapse_fit_refuses_points_that_share_one_x():
+    # the four published layer points: Λ·N = 12 at one D and N_f, so x(a) is the same for all
+    with pytest.raises(ValueError, match=r"distinct \(Λ·N, D, N_f\).*not identified"):
+        fit.fit_collapse([410, 377, 382, 376], [1000] * 4, 64, [12, 6, 4, 3], 80, 512,
+                         n_layers=[1, 2, 3, 4])
+    two = fit.fit_collapse([410, 600], [1000, 1000], 64, [12, 24], 80, 512)  # two x: a fit
+    assert two.a > 0
