@@ -365,3 +365,20 @@ def test_shipped_sweep_files_expand(repo_root, name, points):
 
     exp = load_sweep(repo_root / "sweeps" / f"{name}.yaml").expand()
     assert len(exp.points) == points and exp.duplicates == 0
+
+
+@pytest.mark.parametrize("name, store, points", [
+    ("dn_mqar", "dn_mqar", 57), ("dn_ar", "dn_ar", 57), ("layers_mqar", "layers_mqar", 60),
+    ("heads_mqar", "heads_mqar", 30), ("repeated_keys", "repeated_keys", 24),
+    ("layers_paper_points", "layers_paper_points", 8),
+    ("layers_paper_diagonals", "layers_paper_points", 6)])
+def test_committed_studies_hold_every_point_of_their_sweep_file(repo_root, name, store, points):
+    """docs/results/*/store answers its sweeps/cpu file: a rerun would run nothing."""
+    from recallbench.store import read_store
+    from recallbench.sweep import load_sweep
+
+    exp = load_sweep(repo_root / "sweeps" / "cpu" / f"{name}.yaml").expand()
+    contents = read_store(repo_root / "docs" / "results" / store / "store")
+    ok = {r["config_hash"] for r in contents.records if r.get("status") == "ok"}
+    assert len(exp.points) == points and not contents.torn
+    assert [p.label() for p in exp.points if p.hash not in ok] == []
