@@ -34,7 +34,7 @@ from recallbench.adapter import Adapter
 from recallbench.fields import check_range, fail, from_mapping
 from recallbench.registry import ADAPTERS
 
-from .linear_ops import FORMS, causal_linear_attention
+from .linear_ops import CHUNK_SIZE, FORMS, causal_linear_attention
 
 # pattern → (B per head, C per head, x per head)
 PATTERNS = {"mha": (True, True, True), "mqa": (False, True, False),
@@ -70,7 +70,7 @@ class CausalDepthwiseConv(nn.Module):
 class LinearMambaLayer(nn.Module):
     def __init__(self, d_model: int, d_state: int, d_conv: int = 2, expand: int = 2,
                  n_heads: int = 1, head_pattern: str = "mva", residual: bool = False,
-                 chunk_size: int = 64, form: str = "auto"):
+                 chunk_size: int = CHUNK_SIZE, form: str = "auto"):
         super().__init__()
         d_inner = expand * d_model
         if d_inner % n_heads:
@@ -108,7 +108,7 @@ class Options:
     """``model.options`` of linear-mamba."""
 
     residual: bool | None = None  # default: on when n_layers > 1 (Thm 4.6)
-    chunk_size: int = 64  # longer sequences: the chunked form, chunks this long (bench_train §2)
+    chunk_size: int = CHUNK_SIZE  # longer sequences: the chunked form, chunks this long
     form: str = "auto"  # auto | parallel | chunked | recurrent (the slow reference)
 
 

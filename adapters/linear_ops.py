@@ -19,10 +19,13 @@ import torch
 
 
 FORMS = ("auto", "parallel", "chunked", "recurrent")
+#: default chunk length: auto uses the parallel form up to it, chunks of it beyond
+#: (measured by ``benchmarks/bench_train.py`` §2: at L = 320, 1.7x faster than parallel)
+CHUNK_SIZE = 64
 
 
 def causal_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                            chunk_size: int = 64, form: str = "auto") -> torch.Tensor:
+                            chunk_size: int = CHUNK_SIZE, form: str = "auto") -> torch.Tensor:
     """``form``: auto (parallel up to ``chunk_size`` tokens, chunked beyond), parallel,
     chunked, or recurrent (the slow reference)."""
     L = q.shape[-2]

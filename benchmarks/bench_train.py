@@ -62,10 +62,11 @@ def harness_rate(raw, steps: int) -> tuple[float, float]:
     return raw["train"].get("batch_size", 64) / per_step, t_short - short * per_step
 
 
-def layer_time(form: str, B: int, L: int, reps: int = 5, chunk_size: int = 64) -> float:
+def layer_time(form: str, B: int, L: int, reps: int = 5, chunk_size: int | None = None) -> float:
     from recallbench.adapters.linear_mamba import LinearMambaLayer
 
-    layer = LinearMambaLayer(64, 16, form=form, chunk_size=chunk_size)
+    layer = LinearMambaLayer(64, 16, form=form,
+                             **({} if chunk_size is None else {"chunk_size": chunk_size}))
     u = torch.randn(B, L, 64, requires_grad=True)
     layer(u).sum().backward()
     start = time.perf_counter()
