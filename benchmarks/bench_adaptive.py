@@ -110,6 +110,18 @@ def run_wall(rec: dict) -> float:
     return rec.get("wall_s", 0.0) / (rec.get("ensemble") or 1)
 
 
+def runs_wall(cells, by_cell: dict, per: int, data: list) -> float:
+    """Wall time of running ``cells``: their records in ``by_cell``, or for a best of seeds
+    (``per`` > 1) every seed's run of them (the per-seed grids of ``data``)."""
+    grids = [by_cell] if per == 1 else [d for _, d, p in data if p == 1]
+    return sum(run_wall(g[c]) for g in grids for c in cells)
+
+
+def serve(by_cell: dict):
+    """A runner that answers a cell's config with the grid's record of that cell."""
+    return lambda cfg: by_cell[(cfg["model"]["d_model"], cfg["model"]["d_state"])]
+
+
 def best_of(per_seed: list[dict]) -> dict:
     """{cell: record} with each cell's best seed (the paper's convention)."""
     return {c: best_of_seeds([g[c] for g in per_seed]) for c in per_seed[0]}
@@ -194,8 +206,7 @@ def main() -> None:
     print("\nfull grid (reference):")
     fulls = {}
     for label, by_cell, per in data:
-        wall = sum(map(run_wall, by_cell.values())) if per == 1 else sum(
-            run_wall(r) for _, d, p in data if p == 1 for r in d.values())
+        wall = runs_wall(cells, by_cell, per, data)
         fulls[label] = full = fit_records(list(by_cell.values()), model_kind=kind)
         print(f"  {label:<10} {len(cells) * per:>4} runs, {wall:7.1f} s of runs: a = {full.a:.3f} "
               f"[{full.a_ci[0]:.3f}, {full.a_ci[1]:.3f}], b = {full.b:.3f}, dispersion "
@@ -203,24 +214,14 @@ def main() -> None:
 
     print("\nadaptive search (runs served from the full grids; wall = those runs' wall_s + the "
           "search's own time):")
+    windows = args.p_range or [(0.05, 0.95), (0.2, 0.8)]
     for label, by_cell, per in data:
-        for (lo, hi), rule in [(r, s) for r in args.p_range or [(0.05, 0.95), (0.2, 0.8)]
-                               for s in args.stop]:
-            served = []
-
-            def runner(cfg):
-                rec = by_cell[(cfg["model"]["d_model"], cfg["model"]["d_state"])]
-                served.append(rec)
-                return rec
-
+        for (lo, hi), rule in [(r, s) for r in windows for s in args.stop]:
             t = time.perf_counter()
-            out = adaptive_search(base_config(args), cells, runner=runner, tol=args.tol,
+            out = adaptive_search(base_config(args), cells, runner=serve(by_cell), tol=args.tol,
                                   max_runs=args.max_runs, batch=args.batch, p_range=(lo, hi),
                                   stop=rule)
-            own = time.perf_counter() - t
-            seed_walls = [sum(run_wall(d[c]) for c in out["cells"])
-                          for _, d, p in data if p == 1]
-            wall = own + (sum(map(run_wall, served)) if per == 1 else sum(seed_walls))
+            wall = time.perf_counter() - t + runs_wall(out["cells"], by_cell, per, data)
             full = fulls[label]
             dist = abs(out["a"] - full.a) / full.a
             runs = out["runs"] * per
@@ -241,20 +242,17 @@ def main() -> None:
     print(f"\nruns needed: the search without a stopping rule, up to {args.needed_budget} cells; "
           f"runs after which every later fit stays within ±{args.tol:.0%} of the full grid's a")
     for label, by_cell, per in data:
-        for lo, hi in args.p_range or [(0.05, 0.95), (0.2, 0.8)]:
-            out = adaptive_search(base_config(args), cells, tol=0.0, stop="interval",
-                                  runner=lambda cfg, d=by_cell: d[(cfg["model"]["d_model"],
-                                                                   cfg["model"]["d_state"])],
-                                  max_runs=args.needed_budget, batch=args.batch, p_range=(lo, hi))
+        for lo, hi in windows:
+            out = adaptive_search(base_config(args), cells, runner=serve(by_cell), tol=0.0,
+                                  stop="interval", max_runs=args.needed_budget,
+                                  batch=args.batch, p_range=(lo, hi))
             full = fulls[label]
             at = settled_at(out["history"], full.a, args.tol)
             if at is None:
                 print(f"  {label:<10} p in [{lo}, {hi}]: not within {out['runs'] * per} runs "
                       f"(last a = {out['a']:.3f}, full grid {full.a:.3f})")
                 continue
-            used = out["cells"][:at]
-            wall = sum(run_wall(d[c]) for _, d, p in data if p == 1 for c in used) \
-                if per > 1 else sum(run_wall(by_cell[c]) for c in used)
+            wall = runs_wall(out["cells"][:at], by_cell, per, data)
             print(f"  {label:<10} p in [{lo}, {hi}]: {at * per:>3} runs ({at / len(cells):.0%} of "
                   f"the grid's), {wall:6.1f} s of runs")
 
