@@ -16,7 +16,10 @@ Prints, measured in this run on this machine:
 4. the default run with early stop at 0.99: steps and seconds of training;
 5. the bare loop reading out only the labelled positions (``RecallModel.logits_at``, what
    the harness does) vs reading out every position and masking the loss (the same loss),
-   on the Table-8 model and on a cell of the D–N study (V=512, D=8, N=4).
+   on the Table-8 model and on a cell of the D–N study (V=512, D=8, N=4);
+6. the tied read-out and its cross-entropy, forward+backward, for the Q = 1024 labelled
+   positions of a batch (V = 512; D = 4, 16, 64): logits against a contiguous copy of Eᵀ
+   (what ``RecallModel.readout`` does) vs against the transposed view ``E.t()``.
 """
 from __future__ import annotations
 
@@ -75,6 +78,23 @@ def layer_time(form: str, B: int, L: int, reps: int = 5, chunk_size: int | None 
     return (time.perf_counter() - start) / reps
 
 
+def readout_time(D: int, contiguous: bool, Q: int = 1024, V: int = 512, reps: int = 50) -> float:
+    torch.manual_seed(0)
+    h = torch.randn(Q, D, requires_grad=True)
+    E = torch.randn(V, D, requires_grad=True)
+    y = torch.randint(0, V, (Q,))
+
+    def step():
+        Et = E.t().contiguous() if contiguous else E.t()
+        torch.nn.functional.cross_entropy(h @ Et, y).backward()
+
+    step()
+    start = time.perf_counter()
+    for _ in range(reps):
+        step()
+    return (time.perf_counter() - start) / reps
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=400)
@@ -117,6 +137,14 @@ def main() -> None:
         full = bare_rate(c, args.steps // 2, 1, full_readout=True)
         print(f"   {name}: labelled {labelled:,.0f} seq/s, every position {full:,.0f} seq/s, "
               f"ratio {labelled / full:.2f}x")
+
+    print("6. tied read-out + cross-entropy fwd+bwd (Q=1024, V=512, 1 thread): "
+          "contiguous Eᵀ vs the view E.t()")
+    for D in (4, 16, 64):  # alternated 3 times, best of each: the ops take milliseconds
+        pairs = [(readout_time(D, True), readout_time(D, False)) for _ in range(3)]
+        cont, view = (min(p[i] for p in pairs) for i in (0, 1))
+        print(f"   D={D}: contiguous {cont * 1e3:.2f} ms, view {view * 1e3:.2f} ms, "
+              f"ratio view/contiguous {view / cont:.2f}x")
 
 
 if __name__ == "__main__":

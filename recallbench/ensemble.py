@@ -43,11 +43,11 @@ positions, here fused and blocked so the K·Q·V logits never exist at once
 (:mod:`recallbench.linear_ce`); it also makes one AdamW update for all members and has
 no Lightning machinery.  Measured with ``benchmarks/bench_ensemble.py --table8 --repeat 2``
 (K = 8, 100 steps, cells of the D–N study at V = 512, idle 2-core machine), throughput
-against 8 sequential ``train.run`` calls: D = 4: 1.45x with 1 thread, 2.3x with 2;
-D = 8: 1.4x / 2.1x; D = 16: 1.4x / 2.1x; D = 32: 1.1x / 1.9x; the Table-8 model
-(V = 128, D = 64): 0.9x / 1.7x.  So on a CPU the ensemble's gain is mostly that one
-process keeps every core busy: against the same 8 runs over 2 worker processes it was
-1.4–3.1x faster (those were slower than the sequential runs in this 100-step setting).
+against 8 sequential ``train.run`` calls: D = 4: 1.57x with 1 thread, 2.24x with 2;
+D = 8: 1.43x / 2.26x; D = 16: 1.29x / 2.10x; D = 32: 1.08x / 1.84x; the Table-8 model
+(V = 128, D = 64): 0.96x / 1.63x.  So on a CPU the ensemble's gain is mostly that one
+process keeps every core busy: against the same 8 runs over 2 worker processes (each on
+one thread) it was 1.22x faster at D = 4 and 0.83x as fast at D = 64.
 
 Limits: the blocks must vmap (pure PyTorch ops, no data-dependent Python control flow,
 no custom CUDA/Triton kernels, no in-place updates of buffers); :func:`run_ensemble` checks

@@ -38,8 +38,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
         loss = torch.zeros(K, dtype=torch.float32, device=h.device)
         need_h, need_W = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_h = torch.empty_like(h) if need_h else None
-        grad_W = torch.zeros(W.shape, dtype=torch.float32, device=W.device) if need_W else None
-        Wt = W.transpose(1, 2)
+        # Wᵀ as a contiguous (K, D, V) and the gradient accumulated as (K, D, V): every
+        # matmul then reads the (K, q, V) blocks row by row (accumulating gᵀ h into a
+        # (K, V, D) buffer instead was the slowest matmul of the read-out at small D)
+        Wt = W.transpose(1, 2).contiguous()
+        grad_Wt = (torch.zeros(Wt.shape, dtype=torch.float32, device=W.device)
+                   if need_W else None)
         for s in range(0, Q, q):
             hs = h[:, s:s + q]  # (K, q, D)
             y = answers[:, s:s + q].unsqueeze(-1)  # (K, q, 1)
@@ -58,9 +62,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
             g.scatter_add_(-1, y, w * (eps3 - 1.0))  # − w·(1 − ε) at the answer
             g = g.to(h.dtype)
             if need_h:
-                grad_h[:, s:s + q] = torch.bmm(g, W)
+                grad_h[:, s:s + q] = torch.bmm(g, Wt.transpose(1, 2))
             if need_W:
-                grad_W.baddbmm_(g.transpose(1, 2).float(), hs.float())
+                grad_Wt.baddbmm_(hs.transpose(1, 2).float(), g.float())
+        grad_W = grad_Wt.transpose(1, 2) if need_W else None
         ctx.save_for_backward(grad_h, grad_W)
         ctx.W_dtype = W.dtype
         return loss
