@@ -122,6 +122,26 @@ def build_model(cfg: RunConfig, device: torch.device):
     return adapter, model
 
 
+def _step_bar() -> list:
+    """Lightning's rich progress bar, labelled "train" instead of "Epoch 0/-2".
+
+    A run is one endless stream of fresh batches bounded by ``max_steps`` (Lightning's
+    ``max_epochs`` is -1), so an epoch count means nothing; the bar's total is the steps.
+    Without rich, Lightning's own tqdm bar ("Epoch 0") is used.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("rich") is None:
+        return []
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    class StepBar(RichProgressBar):
+        def _get_train_description(self, current_epoch: int) -> str:
+            return f"{'train':{len(self.validation_description)}}"
+
+    return [StepBar()]
+
+
 def _run(cfg: RunConfig, adapter_cls, device: torch.device, show: bool) -> dict[str, Any]:
     from lightning import Trainer
     from lightning.pytorch.callbacks import EarlyStopping
@@ -136,7 +156,7 @@ def _run(cfg: RunConfig, adapter_cls, device: torch.device, show: bool) -> dict[
     train_s = 0.0
     steps = 0
     if adapter.trainable and tc.max_steps > 0:
-        callbacks = []
+        callbacks = _step_bar() if show else []
         if tc.early_stop is not None:
             callbacks.append(EarlyStopping(monitor="val_accuracy", mode="max", patience=10**9,
                                            stopping_threshold=tc.early_stop,

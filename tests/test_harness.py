@@ -143,3 +143,14 @@ def test_console_script_exit_code(cli_subprocess):
     assert rc == 2 and err.strip() == (
         "recallbench: error: task.vocab_size = 7 is not allowed: must be even "
         "(keys and values take one half each)")
+
+
+def test_progress_bar_counts_steps_not_epochs(capsys):
+    """A run is one stream bounded by max_steps: the bar says "train", never "Epoch 0/-2"."""
+    rec = run({"train": {"max_steps": 3, "val_every": 3, "val_size": 32, "test_size": 32}},
+              progress=True)
+    assert rec["steps"] == 3
+    out = capsys.readouterr()
+    shown = out.out + out.err
+    assert "train" in shown and "3/3" in shown  # the bar's total is max_steps
+    assert "Epoch" not in shown and "/-" not in shown
