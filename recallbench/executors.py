@@ -176,6 +176,32 @@ class Processes:
             self._pool = None
 
 
+#: seconds to wait for a TCP connection to ``--address`` before giving up
+CONNECT_TIMEOUT_S = 10.0
+
+
+def _check_reachable(address: str) -> None:
+    """Fail in one line, within :data:`CONNECT_TIMEOUT_S`, when nothing listens at a
+    ``host:port`` (or ``ray://host:port``) address; Ray itself can wait for minutes.
+    Other forms (``auto``, ``local``) are left to Ray."""
+    import socket
+
+    hostport = address[len("ray://"):] if address.startswith("ray://") else address
+    if ":" not in hostport or "://" in hostport:
+        return
+    host, port = hostport.rsplit(":", 1)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--address {address!r} is not allowed: need host:port with a port "
+                          f"in [1, 65535] (or auto)")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)),
+                                 timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise UnavailableError(f"--address {address!r}: nothing answers there "
+                               f"({_reason(exc)}); start the cluster (ray start --head) or "
+                               f"leave out --address to run on a local one") from None
+
+
 class Ray:
     name = "ray"
 
@@ -195,7 +221,12 @@ class Ray:
             kwargs: dict[str, Any] = dict(runtime_env=env, log_to_driver=False,
                                           logging_level=logging.WARNING)
             if address:
-                ray.init(address=address, **kwargs)
+                _check_reachable(address)
+                try:
+                    ray.init(address=address, **kwargs)
+                except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
+                    raise UnavailableError(f"--address {address!r}: no Ray cluster could be "
+                                           f"reached there ({_reason(exc)})") from None
             else:
                 cpus = (workers or os.cpu_count() or 1) * threads
                 ray.init(num_cpus=cpus, include_dashboard=False, **kwargs)

@@ -334,6 +334,26 @@ def test_ray_executor(cli, tmp_path):
     assert "[ray x2]" in out
 
 
+@pytest.mark.parametrize("address, message", [
+    ("free-port", "nothing answers there (ConnectionRefusedError"),
+    ("127.0.0.1:http", "need host:port with a port in [1, 65535]"),
+])
+def test_ray_unreachable_address_is_one_line(cli, tmp_path, address, message):
+    """Ray itself can wait minutes on a dead address; the sweep says so at once."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'recallbench[ray]')")
+    import socket
+
+    if address == "free-port":
+        with socket.socket() as s:  # a port that was free a moment ago: nothing listens
+            s.bind(("127.0.0.1", 0))
+            address = f"127.0.0.1:{s.getsockname()[1]}"
+    path = write_sweep(tmp_path / "s.yaml", {"base": base(), "axes": {"train.seed": [0, 1]}})
+    rc, out, err = cli("sweep", path, "--store", "st", "--executor", "ray", "--address", address)
+    assert rc == 2 and f"--address {address!r}" in err and message in err
+    assert err.count("\n") == 1
+    assert not read_store(tmp_path / "st").records
+
+
 def test_ensemble_groups_by_shape(cli, tmp_path, monkeypatch):
     path = write_sweep(tmp_path / "s.yaml", {"base": base("designed"), "axes": {
         "model.d_model": [4, 8], "train.seed": [0, 1, 2]}})
