@@ -25,8 +25,8 @@ TASKS = ("ar", "mqar", "mqar-repeated-keys")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``recallbench theory``."""
     parser.add_argument("--task", choices=TASKS, default="mqar", help="task (default mqar)")
-    parser.add_argument("--vocab-size", type=int, help="V, vocabulary size (>= 4)")
-    parser.add_argument("--num-facts", type=int, help="N_f, key-value facts in the context (>= 1)")
+    parser.add_argument("--vocab-size", type=int, help="V, vocabulary size (even, >= 4)")
+    parser.add_argument("--num-facts", type=int, help="N_f, key-value facts in the context (1 to V/2 - 1)")
     parser.add_argument("--seq-len", type=int,
                         help="L (default: 2·N_f + 1 for ar, 4·N_f for mqar)")
     parser.add_argument("--d-model", type=int, help="D, model width (>= 1)")
@@ -61,10 +61,12 @@ def _check(value, flag: str, ok: bool, allowed: str) -> None:
 
 def _validate(args) -> tuple[float, str | None]:
     """Check every flag; return (a, model kind)."""
-    v = _need(args.vocab_size, "--vocab-size", "an integer >= 4")
-    _check(v, "--vocab-size", v >= 4, "an integer >= 4")
+    v = _need(args.vocab_size, "--vocab-size", "an even integer >= 4")
+    _check(v, "--vocab-size", v >= 4 and v % 2 == 0,
+           "an even integer >= 4 (keys and values take one half each, as in the tasks)")
     nf = _need(args.num_facts, "--num-facts", "an integer >= 1")
-    _check(nf, "--num-facts", nf >= 1, "an integer >= 1")
+    _check(nf, "--num-facts", 1 <= nf <= v // 2 - 1,
+           f"an integer in [1, {v // 2 - 1}] (the key vocabulary holds V/2 - 1 keys)")
     if args.target is None:
         _need(args.d_model, "--d-model", "an integer >= 1 (or give --target)")
         _need(args.d_state, "--d-state", "an integer >= 1 (or give --target)")

@@ -215,7 +215,9 @@ def test_cli_theory_text_and_json(capsys):
 
 @pytest.mark.parametrize("argv,flag", [
     (["--vocab-size", "2", "--num-facts", "4", "--d-model", "8", "--d-state", "8"], "--vocab-size"),
+    (["--vocab-size", "63", "--num-facts", "4", "--d-model", "8", "--d-state", "8"], "--vocab-size"),
     (["--vocab-size", "64", "--num-facts", "0", "--d-model", "8", "--d-state", "8"], "--num-facts"),
+    (["--vocab-size", "64", "--num-facts", "32", "--d-model", "8", "--d-state", "8"], "--num-facts"),
     (["--vocab-size", "64", "--num-facts", "4", "--d-model", "8"], "--d-state"),
     (["--vocab-size", "64", "--num-facts", "4", "--d-model", "8", "--d-state", "8", "--target", "1"], "--target"),
     (["--vocab-size", "64", "--num-facts", "4", "--d-model", "8", "--d-state", "8", "--a", "-1"], "--a"),
