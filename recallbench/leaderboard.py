@@ -667,6 +667,7 @@ def _keys(obj: Any, allowed: set, required: set, where: str) -> None:
 def find_suite_for(path: Path) -> Path:
     """The suite folder of a submission file: .../<suite>/submissions/<file>.yaml."""
     p = Path(os.path.abspath(path))
+    _need(p.is_file(), str(path), "no such file")
     _need(p.parent.name == SUBMISSIONS_DIR and (p.parent.parent / SUITE_FILE).is_file(), str(path),
           f"submissions must live in <leaderboards>/<suite>/{SUBMISSIONS_DIR}/ next to the "
           f"suite's {SUITE_FILE}")

@@ -273,6 +273,7 @@ def test_oversized_submission_is_rejected_before_parsing(tiny, monkeypatch):
 
 def test_paths_must_stay_inside_the_leaderboard(tiny, tmp_path):
     outside = tmp_path / "elsewhere.yaml"
+    _reject(outside, "no such file")
     outside.write_text(tiny["path"].read_text())
     _reject(outside, "submissions must live in")
     # a file under the suite folder but not in submissions/
