@@ -17,6 +17,7 @@ when some point failed (it is recorded with its reason), 2 for a user error (not
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
 
 from .errors import ConfigError
@@ -147,6 +148,10 @@ def command(args) -> int:
                 counts = run_sweep(points, st, executor, retry_failed=args.retry_failed,
                                    limit=args.limit, ensemble=args.ensemble, echo=echo,
                                    header=header)
+        except KeyboardInterrupt:
+            print(f"recallbench: interrupted; the points that finished are in {args.store}, "
+                  f"and the same command resumes from there", file=sys.stderr, flush=True)
+            return 130
         finally:
             st.close()
     finally:

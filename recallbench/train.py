@@ -142,6 +142,31 @@ def _step_bar() -> list:
     return [StepBar()]
 
 
+def _interruptible(call, *args, **kwargs):
+    """``trainer.fit``/``validate`` with Ctrl-C kept a KeyboardInterrupt.
+
+    Lightning answers Ctrl-C by ignoring SIGINT from then on and calling ``sys.exit(1)``:
+    a sweep would die without a word, with exit status 1, and a pytest session that
+    called :func:`run` could no longer be interrupted at all.  Here the SIGINT handler is
+    put back and the interrupt re-raised, so callers (the CLI: "interrupted", exit 130)
+    see it as one.
+    """
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGINT) if main else None
+    try:
+        return call(*args, **kwargs)
+    except SystemExit:
+        trainer = getattr(call, "__self__", None)
+        if trainer is None or not trainer.interrupted:
+            raise
+        if main and handler is not None:
+            signal.signal(signal.SIGINT, handler)
+        raise KeyboardInterrupt from None
+
+
 def _run(cfg: RunConfig, adapter_cls, device: torch.device, show: bool) -> dict[str, Any]:
     from lightning import Trainer
     from lightning.pytorch.callbacks import EarlyStopping
@@ -170,10 +195,10 @@ def _run(cfg: RunConfig, adapter_cls, device: torch.device, show: bool) -> dict[
             enable_progress_bar=show, callbacks=callbacks,
             gradient_clip_val=tc.grad_clip, gradient_clip_algorithm="norm")
         t0 = time.perf_counter()
-        trainer.fit(module, datamodule=dm)
+        _interruptible(trainer.fit, module, datamodule=dm)
         steps = trainer.global_step
-        if module.last_val_step != steps:
-            trainer.validate(module, datamodule=dm, verbose=False)  # score the final weights too
+        if module.last_val_step != steps:  # score the final weights too
+            _interruptible(trainer.validate, module, datamodule=dm, verbose=False)
         train_s = time.perf_counter() - t0
         module.restore_best()
     model.to(device)

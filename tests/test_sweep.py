@@ -402,3 +402,31 @@ def test_committed_studies_hold_every_point_of_their_sweep_file(repo_root, name,
     ok = {r["config_hash"] for r in contents.records if r.get("status") == "ok"}
     assert len(exp.points) == points and not contents.torn
     assert [p.label() for p in exp.points if p.hash not in ok] == []
+
+
+def test_ctrl_c_stops_the_sweep_says_so_and_keeps_finished_points(cli, tmp_path, monkeypatch):
+    """Lightning turns Ctrl-C into sys.exit(1) and ignores SIGINT afterwards; the sweep must
+    instead stop with exit 130 and a one-line message, keep what finished, and leave
+    Ctrl-C working (a pytest session calling recallbench can still be interrupted)."""
+    from recallbench.module import RecallModule
+
+    real_step, calls = RecallModule.training_step, []
+
+    def step(self, batch, batch_idx):
+        calls.append(batch_idx)
+        if len(calls) == TRAIN["max_steps"] + 2:  # two steps into the second point
+            raise KeyboardInterrupt
+        return real_step(self, batch, batch_idx)
+
+    monkeypatch.setattr(RecallModule, "training_step", step)
+    handler = signal.getsignal(signal.SIGINT)
+    path = write_sweep(tmp_path / "s.yaml", {"base": base(), "axes": {"train.seed": [0, 1, 2]}})
+    rc, out, err = cli("sweep", path, "--store", "st")
+    assert rc == 130 and "interrupted" in err and "resumes" in err and err.count("\n") == 1
+    assert signal.getsignal(signal.SIGINT) is handler
+    assert [r["status"] for r in read_store(tmp_path / "st").records] == ["ok"]
+    monkeypatch.setattr(RecallModule, "training_step", real_step)
+    rc, out, err = cli("sweep", path, "--store", "st")  # the rerun runs the other two
+    assert rc == 0 and "1 done; 2 to run" in out
+    assert sorted(r["config"]["train"]["seed"] for r in read_store(tmp_path / "st").records) \
+        == [0, 1, 2]
