@@ -706,7 +706,13 @@ class RecallSession:
 
 
 def _num(x: float) -> str:
-    return "inf" if x == math.inf else f"{x:.3g}"
+    """Three significant digits, without an exponent for S_eff's usual range (1040, not
+    1.04e+03)."""
+    if x == math.inf:
+        return "inf"
+    if 100 <= abs(x) < 1e7:
+        return f"{float(f'{x:.3g}'):.0f}"
+    return f"{x:.3g}"
 
 
 _RUNNER = pytest.StashKey[RecallRunner]()

@@ -411,3 +411,11 @@ def test_unavailable_device_skips(pytester):
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*::test_on_cuda * skipped: train.device = cuda*",
                                  "*recall: train.device = cuda, but no CUDA device*"])
+
+
+@pytest.mark.parametrize("x, shown", [(998.2, "998"), (1038.7, "1040"), (31.34, "31.3"),
+                                      (2.5e8, "2.5e+08"), (float("inf"), "inf")])
+def test_summary_numbers_keep_three_digits_without_exponents_in_range(x, shown):
+    from recallbench.pytest_plugin import _num
+
+    assert _num(x) == shown
