@@ -50,7 +50,7 @@ class RecallModel(nn.Module):
 
         Eᵀ is copied to a contiguous (D, V) matrix first (D·V floats): then both gradient
         matmuls read the big (Q, V) gradient of the logits row by row.  On CPU that made
-        the read-out's forward and backward 1.4–1.8x faster at D = 4, V = 512, Q = 1024
+        the read-out's forward and backward 1.4–2.3x faster at D = 4, V = 512, Q = 1024
         and changed it by at most ±10% at D = 16 and 64 (``benchmarks/bench_train.py`` §6;
         the transposed view ``E.t()`` sends one of the gradients down a strided path).
         """
