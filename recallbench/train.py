@@ -142,8 +142,9 @@ def _step_bar() -> list:
     return [StepBar()]
 
 
-def _interruptible(call, *args, **kwargs):
-    """``trainer.fit``/``validate`` with Ctrl-C kept a KeyboardInterrupt.
+@contextlib.contextmanager
+def _ctrl_c_kept(trainer):
+    """Lightning's ``fit``/``validate`` inside, with Ctrl-C kept a KeyboardInterrupt.
 
     Lightning answers Ctrl-C by ignoring SIGINT from then on and calling ``sys.exit(1)``:
     a sweep would die without a word, with exit status 1, and a pytest session that
@@ -157,12 +158,11 @@ def _interruptible(call, *args, **kwargs):
     main = threading.current_thread() is threading.main_thread()
     handler = signal.getsignal(signal.SIGINT) if main else None
     try:
-        return call(*args, **kwargs)
+        yield
     except SystemExit:
-        trainer = getattr(call, "__self__", None)
-        if trainer is None or not trainer.interrupted:
+        if not trainer.interrupted:
             raise
-        if main and handler is not None:
+        if handler is not None:
             signal.signal(signal.SIGINT, handler)
         raise KeyboardInterrupt from None
 
@@ -195,10 +195,11 @@ def _run(cfg: RunConfig, adapter_cls, device: torch.device, show: bool) -> dict[
             enable_progress_bar=show, callbacks=callbacks,
             gradient_clip_val=tc.grad_clip, gradient_clip_algorithm="norm")
         t0 = time.perf_counter()
-        _interruptible(trainer.fit, module, datamodule=dm)
-        steps = trainer.global_step
-        if module.last_val_step != steps:  # score the final weights too
-            _interruptible(trainer.validate, module, datamodule=dm, verbose=False)
+        with _ctrl_c_kept(trainer):
+            trainer.fit(module, datamodule=dm)
+            steps = trainer.global_step
+            if module.last_val_step != steps:  # score the final weights too
+                trainer.validate(module, datamodule=dm, verbose=False)
         train_s = time.perf_counter() - t0
         module.restore_best()
     model.to(device)
