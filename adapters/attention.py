@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from recallbench.adapter import Adapter
-from recallbench.fields import fail
-from recallbench.registry import ADAPTERS
+from recallbench.api.adapter import Adapter
+from recallbench.api.fields import fail
+from recallbench.api.registry import ADAPTERS
 
 from .linear_mamba import CausalDepthwiseConv
 

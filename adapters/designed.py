@@ -23,9 +23,9 @@ import dataclasses
 import torch
 from torch import nn
 
-from recallbench.adapter import Adapter
-from recallbench.fields import fail, from_mapping
-from recallbench.registry import ADAPTERS
+from recallbench.api.adapter import Adapter
+from recallbench.api.fields import fail, from_mapping
+from recallbench.api.registry import ADAPTERS
 
 from .linear_ops import causal_linear_attention
 

@@ -55,9 +55,9 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from recallbench.adapter import Adapter, PreNormResidual
-from recallbench.fields import check_range, fail, from_mapping
-from recallbench.registry import ADAPTERS
+from recallbench.api.adapter import Adapter, PreNormResidual
+from recallbench.api.fields import check_range, fail, from_mapping
+from recallbench.api.registry import ADAPTERS
 
 # warnings fla raises for settings we choose deliberately
 _QUIET = ("According to Bo", "ShortConvolution is crucial", "Triton is not supported on current platform",

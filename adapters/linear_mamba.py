@@ -30,9 +30,9 @@ import dataclasses
 import torch
 from torch import nn
 
-from recallbench.adapter import Adapter
-from recallbench.fields import check_range, fail, from_mapping
-from recallbench.registry import ADAPTERS
+from recallbench.api.adapter import Adapter
+from recallbench.api.fields import check_range, fail, from_mapping
+from recallbench.api.registry import ADAPTERS
 
 from .linear_ops import CHUNK_SIZE, FORMS, causal_linear_attention
 

@@ -26,9 +26,9 @@ import dataclasses
 import torch
 from torch import nn
 
-from recallbench.adapter import Adapter, PreNormResidual
-from recallbench.fields import check_range, fail, from_mapping
-from recallbench.registry import ADAPTERS
+from recallbench.api.adapter import Adapter, PreNormResidual
+from recallbench.api.fields import check_range, fail, from_mapping
+from recallbench.api.registry import ADAPTERS
 
 from . import mamba_ssm_cpu
 

@@ -43,8 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recallbench.fields import check_range, fail, from_mapping
-from recallbench.registry import ADAPTERS
+from recallbench.api.fields import check_range, fail, from_mapping
+from recallbench.api.registry import ADAPTERS
 
 from . import mamba_ssm_cpu
 from .mamba import MambaSSMAdapter, MixerBlock, init_like_mixer_model

@@ -13,10 +13,10 @@ import time
 
 import torch
 
-from recallbench.config import resolve
-from recallbench.loop import masked_loss
-from recallbench.model import RecallModel
-from recallbench.registry import ADAPTERS
+from recallbench.api.config import resolve
+from recallbench.harness.loop import masked_loss
+from recallbench.harness.model import RecallModel
+from recallbench.api.registry import ADAPTERS
 
 
 def step_ms(name: str, steps: int) -> float:

@@ -7,7 +7,7 @@
 The full grid (every candidate cell with N ≤ D, one run per seed) gives the reference a
 (``fit.fit_collapse`` on all its records), for each seed and, with several seeds, for the
 best of seeds (the paper's convention).  The adaptive search
-(``recallbench.adaptive.adaptive_search``) then places runs near the predicted phase
+(``recallbench.runs.adaptive.adaptive_search``) then places runs near the predicted phase
 boundary until a is pinned down, on the same data: its runs are served from the full
 grid's records (a run is deterministic for its seed, so this is the record it would get),
 and its wall time is the sum of the served runs' ``wall_s`` (an ensemble member's share of
@@ -45,10 +45,10 @@ from pathlib import Path
 
 import numpy as np
 
-from recallbench.adaptive import adaptive_search, cell_config, fit_records
-from recallbench.adaptive_sweep import best_of_seeds
-from recallbench.store import read_lines
-from recallbench.train import run
+from recallbench.runs.adaptive import adaptive_search, cell_config, fit_records
+from recallbench.runs.adaptive_sweep import best_of_seeds
+from recallbench.runs.store import read_lines
+from recallbench.harness.train import run
 
 GRIDS = {
     "coarse": ([2, 4, 6, 8, 12, 16, 24, 32, 48, 64], [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]),
@@ -99,7 +99,7 @@ def full_grid(base: dict, cells, path: Path | None) -> tuple[list[dict], int]:
 
 
 def run_task(base: dict) -> dict:
-    from recallbench.config import resolve
+    from recallbench.api.config import resolve
 
     cfg = resolve(base)
     return {"name": cfg.task_name, **cfg.task.params()}

@@ -15,8 +15,8 @@ import time
 
 import torch
 
-from recallbench.registry import TASKS
-from recallbench.task import IGNORE
+from recallbench.api.registry import TASKS
+from recallbench.api.task import IGNORE
 
 
 def reference_example(rng: random.Random, task) -> tuple[list[int], list[int]]:

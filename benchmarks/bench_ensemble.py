@@ -8,9 +8,9 @@ steps, test 1024), trained for a fixed number of steps with early stop off, K me
 with seeds 0..K-1.  ``--table8`` adds the Table-8 setting (V=128, D=64, N=16).
 Measured in this run, on this machine, for each shape:
 
-1. K sequential single runs (``recallbench.train.run``, its own thread choice: 1 for
+1. K sequential single runs (``recallbench.harness.train.run``, its own thread choice: 1 for
    these sizes);
-2. the same K configs as one batched ensemble (``recallbench.ensemble.run_ensemble``)
+2. the same K configs as one batched ensemble (``recallbench.harness.ensemble.run_ensemble``)
    with 1 thread, and with all cores (``--threads``);
    and one member alone as a 1-member ensemble on 1 thread, times K: the ensemble's code
    without the batching, so ``1-member x K / batched 1t`` is what batching itself gains;
@@ -37,9 +37,9 @@ from pathlib import Path
 import torch
 import yaml
 
-from recallbench.ensemble import run_ensemble
-from recallbench.executors import Processes
-from recallbench.train import run
+from recallbench.harness.ensemble import run_ensemble
+from recallbench.runs.executors import Processes
+from recallbench.harness.train import run
 
 STUDY = Path(__file__).resolve().parent.parent / "sweeps" / "cpu" / "dn_mqar.yaml"
 
@@ -107,7 +107,7 @@ def main() -> None:
     if args.table8:
         shapes.append(((64, 16), 128))
     print(f"{K} members, {S} steps each, early stop off; CPU ({os.cpu_count()} cores), "
-          f"torch {torch.__version__}; sequential = {K} x recallbench.train.run")
+          f"torch {torch.__version__}; sequential = {K} x recallbench.harness.train.run")
     warm = configs(2, 2, 8, 4, None)
     run(warm[0])
     run_ensemble(warm)

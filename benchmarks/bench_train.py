@@ -4,9 +4,9 @@
 
 Prints, measured in this run on this machine:
 1. sequences/s training the Table-8 model through the Lightning harness
-   (``recallbench.train.run``; per step, from two runs of different lengths, with the
+   (``recallbench.harness.train.run``; per step, from two runs of different lengths, with the
    fixed start-up cost printed beside it) and through a bare PyTorch loop
-   (``recallbench.loop.train_steps``) on the same model, data and batch size; the
+   (``recallbench.harness.loop.train_steps``) on the same model, data and batch size; the
    ratio is the harness's per-step overhead;
 2. forward+backward time of the layer in its parallel form, its chunked form with chunks
    of 32, 64 (the default beyond 64 tokens) and 256 tokens, and the step-by-step
@@ -28,11 +28,11 @@ import time
 
 import torch
 
-from recallbench.config import resolve
-from recallbench.loop import train_steps
-from recallbench.model import RecallModel
-from recallbench.registry import ADAPTERS
-from recallbench.train import run
+from recallbench.api.config import resolve
+from recallbench.harness.loop import train_steps
+from recallbench.harness.model import RecallModel
+from recallbench.api.registry import ADAPTERS
+from recallbench.harness.train import run
 
 
 def bare_rate(cfg, steps: int, threads: int, full_readout: bool = False) -> float:

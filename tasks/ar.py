@@ -14,9 +14,9 @@ import dataclasses
 
 import torch
 
-from recallbench.fields import fail
-from recallbench.registry import TASKS
-from recallbench.task import IGNORE, Task, distinct
+from recallbench.api.fields import fail
+from recallbench.api.registry import TASKS
+from recallbench.api.task import IGNORE, Task, distinct
 
 
 @TASKS.register("ar")

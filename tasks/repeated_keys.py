@@ -19,9 +19,9 @@ import dataclasses
 
 import torch
 
-from recallbench.fields import check_range, fail
-from recallbench.registry import TASKS
-from recallbench.task import IGNORE, Task, distinct, fillers, query_slots
+from recallbench.api.fields import check_range, fail
+from recallbench.api.registry import TASKS
+from recallbench.api.task import IGNORE, Task, distinct, fillers, query_slots
 
 
 @TASKS.register("mqar-repeated-keys")

@@ -38,7 +38,7 @@ def plugin_dist(tmp_path, monkeypatch):
 @pytest.fixture
 def cli(tmp_path, monkeypatch, capsys):
     """Run ``recallbench ARGS`` in-process from tmp_path: (returncode, stdout, stderr)."""
-    from recallbench.cli import main
+    from recallbench.cli.main import main
 
     def call(*args):
         monkeypatch.chdir(tmp_path)
@@ -56,7 +56,7 @@ def cli_subprocess(tmp_path):
     import subprocess
 
     def call(*args, timeout=600):
-        proc = subprocess.run([sys.executable, "-m", "recallbench.cli", *args], cwd=tmp_path,
+        proc = subprocess.run([sys.executable, "-m", "recallbench.cli.main", *args], cwd=tmp_path,
                               capture_output=True, text=True, timeout=timeout)
         return proc.returncode, proc.stdout, proc.stderr
 

@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from recallbench.config import ModelConfig
-from recallbench.errors import ConfigError
-from recallbench.loop import train_steps
-from recallbench.model import RecallModel
-from recallbench.registry import ADAPTERS, TASKS
+from recallbench.api.config import ModelConfig
+from recallbench.api.errors import ConfigError
+from recallbench.harness.loop import train_steps
+from recallbench.harness.model import RecallModel
+from recallbench.api.registry import ADAPTERS, TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["gla", "deltanet", "gated-deltanet", "retnet", "hgrn2", "rwkv6", "based", "linear-attention", "gsa",
@@ -107,8 +107,8 @@ def test_imports_and_reports_without_fla():
     """With fla unimportable: the module imports, adapters say why, state sizes come from the formula."""
     code = textwrap.dedent("""
         import sys; sys.modules["fla"] = None  # import fla -> ImportError
-        from recallbench.registry import ADAPTERS
-        from recallbench.config import ModelConfig
+        from recallbench.api.registry import ADAPTERS
+        from recallbench.api.config import ModelConfig
         a = ADAPTERS.get("gla")(ModelConfig(adapter="gla", d_model=32, d_state=8, n_heads=2, n_layers=2))
         ok, why = ADAPTERS.get("gla").availability()
         print(ok, a.state_size(), why)
@@ -238,8 +238,8 @@ at.Autotuner._bench = lambda self, *a, config=None, **k: [1.0, 1.0, 1.0]  # no G
 import torch
 warnings.filterwarnings("ignore")
 torch.set_num_threads(1)
-from recallbench.registry import ADAPTERS
-from recallbench.config import ModelConfig
+from recallbench.api.registry import ADAPTERS
+from recallbench.api.config import ModelConfig
 from recallbench.adapters import fla_cpu
 names, no_grad_names = json.loads(sys.argv[1]), set(json.loads(sys.argv[2]))
 def run(m, x, grad):

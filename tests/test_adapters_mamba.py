@@ -25,11 +25,11 @@ try:  # before mamba_ssm: see the module docstring
 except Exception:  # pragma: no cover - transformers missing or broken
     hf_mamba = hf_mamba2 = None
 
-from recallbench.config import ModelConfig
-from recallbench.errors import ConfigError
-from recallbench.loop import train_steps
-from recallbench.model import RecallModel
-from recallbench.registry import ADAPTERS, TASKS
+from recallbench.api.config import ModelConfig
+from recallbench.api.errors import ConfigError
+from recallbench.harness.loop import train_steps
+from recallbench.harness.model import RecallModel
+from recallbench.api.registry import ADAPTERS, TASKS
 
 from recallbench.adapters import mamba_ssm_cpu
 
@@ -100,7 +100,7 @@ def test_adapters_import_and_report_without_mamba_ssm():
     code = textwrap.dedent("""
         import sys
         sys.modules["mamba_ssm"] = None  # as if not installed: find_spec None, import fails
-        from recallbench.registry import ADAPTERS
+        from recallbench.api.registry import ADAPTERS
         for name in ("mamba", "mamba2"):
             ok, why = ADAPTERS.get(name).availability()
             print(name, ok, why)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import special
 
-from recallbench import theory
-from recallbench.adaptive import adaptive_search, cell_config, choose_cells, fit_records
+from recallbench.law import theory
+from recallbench.runs.adaptive import adaptive_search, cell_config, choose_cells, fit_records
 
 V, NF = 128, 16
 BASE = {"task": {"name": "mqar", "vocab_size": V, "seq_len": 64, "num_facts": NF},
@@ -205,7 +205,7 @@ def test_adaptive_sweep_takes_the_best_of_seeds(cli, tmp_path):
 
     import yaml
 
-    from recallbench.store import read_store
+    from recallbench.runs.store import read_store
 
     sweep = {"base": {"task": {"name": "mqar", "vocab_size": 32, "seq_len": 16, "num_facts": 4},
                       "model": {"adapter": "linear-mamba"},
@@ -231,7 +231,7 @@ def test_adaptive_sweep_takes_the_best_of_seeds(cli, tmp_path):
 
 
 def test_best_of_seeds():
-    from recallbench.adaptive_sweep import best_of_seeds
+    from recallbench.runs.adaptive_sweep import best_of_seeds
 
     a = {"status": "ok", "accuracy": 0.5, "correct": 50, "total": 100, "seed": 2}
     b = {"status": "ok", "accuracy": 0.5, "correct": 50, "total": 100, "seed": 1}

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from recallbench import theory
-from recallbench.errors import ConfigError
-from recallbench.config import resolve
-from recallbench.train import run
+from recallbench.law import theory
+from recallbench.api.errors import ConfigError
+from recallbench.api.config import resolve
+from recallbench.harness.train import run
 
 FAST = {"progress": False, "test_size": 1024, "val_size": 8}
 # (V, L, N_f) of THEORY.md's regimes (i)-(iii), and (D, N) cells from weak to strong recall

@@ -7,13 +7,13 @@ import json
 import pytest
 import torch
 
-from recallbench.adapter import Adapter
-from recallbench.config import resolve
-from recallbench.ensemble import (EnsembleError, group_by_shape,
+from recallbench.api.adapter import Adapter
+from recallbench.api.config import resolve
+from recallbench.harness.ensemble import (EnsembleError, group_by_shape,
                                   run_ensemble, shape_key)
-from recallbench.module import RecallModule
-from recallbench.registry import ADAPTERS, Entry
-from recallbench.train import run
+from recallbench.harness.module import RecallModule
+from recallbench.api.registry import ADAPTERS, Entry
+from recallbench.harness.train import run
 
 TASK = {"name": "mqar", "vocab_size": 32, "seq_len": 16, "num_facts": 4}
 MODEL = {"adapter": "linear-mamba", "d_model": 8, "d_state": 8}

@@ -1,11 +1,12 @@
-"""Maximum-likelihood fits (recallbench.fit) on counts simulated from the law."""
+"""Maximum-likelihood fits (recallbench.law.fit) on counts simulated from the law."""
 import math
 
 import numpy as np
 import pytest
 from scipy import special, stats
 
-from recallbench import fit, theory
+from recallbench.law import fit
+from recallbench.law import theory
 
 QUERIES = 2048 * 16  # 2048 test sequences × 16 queries
 V = 512

@@ -6,12 +6,12 @@ import json
 import pytest
 import torch
 
-from recallbench.config import config_hash, resolve
-from recallbench.data import RecallDataModule, TrainStream, fixed_set, VAL_STREAM
-from recallbench.metrics import RecallAccuracy
-from recallbench.schedule import warmup_flat_cosine
-from recallbench.task import IGNORE
-from recallbench.train import run
+from recallbench.api.config import config_hash, resolve
+from recallbench.harness.data import RecallDataModule, TrainStream, fixed_set, VAL_STREAM
+from recallbench.harness.metrics import RecallAccuracy
+from recallbench.harness.schedule import warmup_flat_cosine
+from recallbench.api.task import IGNORE
+from recallbench.harness.train import run
 
 FAST = {"progress": False, "val_size": 256, "test_size": 512}
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from recallbench import leaderboard as lb
-from recallbench.errors import ConfigError
+from recallbench.api.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,7 +39,7 @@ scoring: {delta: 0.01, form: eq19, level: 0.95}
 
 
 def _run(cfg, progress=False):
-    from recallbench.train import run
+    from recallbench.harness.train import run
 
     return run(cfg, progress=False)
 
@@ -55,7 +55,7 @@ def tiny(tmp_path_factory):
     store = root / "store"
     counts = lb.run_suite(suite, "designed", store, log=lambda m: None)
     assert counts == {"points": 6, "skipped": 0, "ran": 6, "failed": 0}
-    from recallbench.scorer import load_records
+    from recallbench.law.scorer import load_records
 
     sub = lb.build_submission(suite, load_records(store), "designed-ref")
     path = lb.write_submission(sub, suite_dir / "submissions" / "designed-ref.yaml")

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-import recallbench.linear_ce as lce
+import recallbench.harness.linear_ce as lce
 
 
 def _inputs(K=3, Q=50, V=37, D=6, seed=0):

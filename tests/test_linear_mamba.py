@@ -6,9 +6,9 @@ import torch
 
 from recallbench.adapters.linear_mamba import LinearMambaLayer
 from recallbench.adapters.linear_ops import causal_linear_attention
-from recallbench.config import resolve
-from recallbench.errors import ConfigError
-from recallbench.registry import ADAPTERS
+from recallbench.api.config import resolve
+from recallbench.api.errors import ConfigError
+from recallbench.api.registry import ADAPTERS
 
 
 @pytest.mark.parametrize("L,chunk", [(17, 4), (64, 16), (50, 64)])

@@ -36,10 +36,10 @@ def lossy() -> dict:
     session imported from ``sys.modules`` afterwards, so the registries (imported out
     here) would keep classes of dropped modules, and Lightning would load again per run.
     """
-    from recallbench.config import resolve
-    from recallbench.fit import fit_effective_state
+    from recallbench.api.config import resolve
+    from recallbench.law.fit import fit_effective_state
     from recallbench.pytest_plugin import build
-    from recallbench.train import run
+    from recallbench.harness.train import run
 
     raw, _ = build([LOSSY_KEYS])
     record = run(resolve(raw), progress=False)
@@ -112,7 +112,7 @@ def test_min_accuracy_fails_like_an_assertion(pytester, lossy):
 
 
 def test_session_cache_trains_once(pytester, monkeypatch):
-    import recallbench.train as train
+    import recallbench.harness.train as train
 
     calls = []
     real = train.run
@@ -361,7 +361,7 @@ def test_nn_module_factory(pytester):
 THIRD_PARTY_ADAPTER = '''
 import torch
 from torch import nn
-from recallbench.adapter import Adapter
+from recallbench.api.adapter import Adapter
 
 class Lookup(nn.Module):
     """Passes the embedding through: no state, evaluation only."""

@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from recallbench.errors import ConfigError
-from recallbench.registry import ADAPTERS, TASKS, Registry
+from recallbench.api.errors import ConfigError
+from recallbench.api.registry import ADAPTERS, TASKS, Registry
 
 THIRD_PARTY_TASK = '''
 import dataclasses, torch
-from recallbench.task import IGNORE, Task
+from recallbench.api.task import IGNORE, Task
 
 @dataclasses.dataclass
 class CopyFirst(Task):
@@ -73,7 +73,7 @@ def test_third_party_task_through_entry_point(plugin_dist, cli_subprocess):
 def test_broken_plugin_does_not_break_import(plugin_dist):
     plugin_dist({"recallbench.adapters": [("bad", "rb_bad_adapter:X")]},
                 {"rb_bad_adapter": "raise RuntimeError('boom at import')"})
-    code = ("import recallbench; from recallbench.registry import ADAPTERS; "
+    code = ("import recallbench; from recallbench.api.registry import ADAPTERS; "
             "print(ADAPTERS.describe()[0:0] == [] and 'bad' in ADAPTERS.names())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

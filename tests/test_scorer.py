@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 from scipy import special
 
-from recallbench import cli_score, cli_theory, scorer, theory
-from recallbench.errors import ConfigError
+from recallbench.cli import score as cli_score
+from recallbench.cli import theory as cli_theory
+from recallbench.law import scorer
+from recallbench.law import theory
+from recallbench.api.errors import ConfigError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 QUERIES = 2048 * 16

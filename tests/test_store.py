@@ -4,9 +4,9 @@ import json
 import pytest
 import yaml
 
-from recallbench import scorer
-from recallbench.errors import ConfigError
-from recallbench.store import Store, StoreWarning, merge_records, read_store
+from recallbench.law import scorer
+from recallbench.api.errors import ConfigError
+from recallbench.runs.store import Store, StoreWarning, merge_records, read_store
 
 BASE = {"task": {"name": "mqar", "vocab_size": 32, "seq_len": 16, "num_facts": 4},
         "model": {"adapter": "designed", "d_model": 8, "d_state": 4},

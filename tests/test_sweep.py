@@ -12,9 +12,9 @@ import torch
 import yaml
 from torch import nn
 
-from recallbench.errors import ConfigError
-from recallbench.store import read_store
-from recallbench.sweep import Condition, Sweep, parse_shard, shard_points
+from recallbench.api.errors import ConfigError
+from recallbench.runs.store import read_store
+from recallbench.runs.sweep import Condition, Sweep, parse_shard, shard_points
 
 TASK = {"name": "mqar", "vocab_size": 32, "seq_len": 16, "num_facts": 4}
 TRAIN = {"max_steps": 5, "val_every": 5, "val_size": 16, "test_size": 16, "batch_size": 16,
@@ -150,7 +150,7 @@ def test_shards_are_disjoint_balanced_and_cover():
 
 
 def test_point_config_round_trips():
-    from recallbench.config import resolve
+    from recallbench.api.config import resolve
 
     for p in Sweep.from_dict({"base": base(), "axes": {"model.d_state": [2, 4]}}).expand().points:
         assert resolve(p.config).hash() == p.hash
@@ -194,8 +194,8 @@ def test_dry_run_and_rerun_skips_done(cli, tmp_path):
 @pytest.fixture
 def broken_adapters():
     """Two test-only adapters: one raises while building, one makes the loss NaN."""
-    from recallbench.adapter import Adapter
-    from recallbench.registry import ADAPTERS
+    from recallbench.api.adapter import Adapter
+    from recallbench.api.registry import ADAPTERS
 
     class Nan(nn.Module):
         def __init__(self):
@@ -256,7 +256,7 @@ def test_resume_after_kill(tmp_path):
     store = tmp_path / "st"
     results = store / "results.jsonl"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "recallbench.cli", "sweep", path,
+    proc = subprocess.Popen([sys.executable, "-m", "recallbench.cli.main", "sweep", path,
                              "--store", str(store)], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -273,7 +273,7 @@ def test_resume_after_kill(tmp_path):
             proc.kill()
     first = read_store(store).records
     assert 3 <= len(first) < 12
-    from recallbench.cli import main
+    from recallbench.cli.main import main
 
     assert main(["sweep", path, "--store", str(store)]) == 0
     contents = read_store(store)
@@ -301,8 +301,8 @@ def test_processes_executor_matches_inprocess(cli, tmp_path):
 
 def test_processes_pool_is_kept_between_calls_until_close():
     """An adaptive search calls run() once a round: the workers must not respawn each time."""
-    from recallbench.config import resolve
-    from recallbench.executors import Processes
+    from recallbench.api.config import resolve
+    from recallbench.runs.executors import Processes
 
     cfgs = [resolve({**base("designed"), "train": {**TRAIN, "seed": s}}).to_dict()
             for s in range(3)]
@@ -357,12 +357,12 @@ def test_ray_unreachable_address_is_one_line(cli, tmp_path, address, message):
 def test_ensemble_groups_by_shape(cli, tmp_path, monkeypatch):
     path = write_sweep(tmp_path / "s.yaml", {"base": base("designed"), "axes": {
         "model.d_model": [4, 8], "train.seed": [0, 1, 2]}})
-    monkeypatch.setitem(sys.modules, "recallbench.ensemble", None)
+    monkeypatch.setitem(sys.modules, "recallbench.harness.ensemble", None)
     rc, out, err = cli("sweep", path, "--store", "st", "--ensemble", "2")
-    assert rc == 2 and "--ensemble needs recallbench.ensemble" in err and err.count("\n") == 1
+    assert rc == 2 and "--ensemble needs recallbench.harness.ensemble" in err and err.count("\n") == 1
 
     batches = []
-    from recallbench.train import run
+    from recallbench.harness.train import run
 
     def run_ensemble(configs, progress=False):
         batches.append([(c.model.d_model, c.train.seed) for c in configs])
@@ -370,7 +370,7 @@ def test_ensemble_groups_by_shape(cli, tmp_path, monkeypatch):
 
     fake = types.SimpleNamespace(run_ensemble=run_ensemble,
                                  shape_key=lambda cfg: f"D{cfg.model.d_model}")
-    monkeypatch.setitem(sys.modules, "recallbench.ensemble", fake)
+    monkeypatch.setitem(sys.modules, "recallbench.harness.ensemble", fake)
     rc, out, err = cli("sweep", path, "--store", "st", "--ensemble", "2")
     assert rc == 0, err
     assert batches == [[(4, 0), (4, 1)], [(4, 2)], [(8, 0), (8, 1)], [(8, 2)]]
@@ -381,7 +381,7 @@ def test_ensemble_groups_by_shape(cli, tmp_path, monkeypatch):
     ("dn_mqar_linear", 38), ("dn_ar_linear", 38), ("layers_mqar", 20), ("heads_mqar", 27),
     ("repeated_keys", 12)])
 def test_shipped_sweep_files_expand(repo_root, name, points):
-    from recallbench.sweep import load_sweep
+    from recallbench.runs.sweep import load_sweep
 
     exp = load_sweep(repo_root / "sweeps" / f"{name}.yaml").expand()
     assert len(exp.points) == points and exp.duplicates == 0
@@ -394,8 +394,8 @@ def test_shipped_sweep_files_expand(repo_root, name, points):
     ("layers_paper_diagonals", "layers_paper_points", 6)])
 def test_committed_studies_hold_every_point_of_their_sweep_file(repo_root, name, store, points):
     """docs/results/*/store answers its sweeps/cpu file: a rerun would run nothing."""
-    from recallbench.store import read_store
-    from recallbench.sweep import load_sweep
+    from recallbench.runs.store import read_store
+    from recallbench.runs.sweep import load_sweep
 
     exp = load_sweep(repo_root / "sweeps" / "cpu" / f"{name}.yaml").expand()
     contents = read_store(repo_root / "docs" / "results" / store / "store")
@@ -408,7 +408,7 @@ def test_ctrl_c_stops_the_sweep_says_so_and_keeps_finished_points(cli, tmp_path,
     """Lightning turns Ctrl-C into sys.exit(1) and ignores SIGINT afterwards; the sweep must
     instead stop with exit 130 and a one-line message, keep what finished, and leave
     Ctrl-C working (a pytest session calling recallbench can still be interrupted)."""
-    from recallbench.module import RecallModule
+    from recallbench.harness.module import RecallModule
 
     real_step, calls = RecallModule.training_step, []
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 from scipy import stats
 
-from recallbench.errors import ConfigError
-from recallbench.registry import TASKS
-from recallbench.task import IGNORE
+from recallbench.api.errors import ConfigError
+from recallbench.api.registry import TASKS
+from recallbench.api.task import IGNORE
 
 
 def make(name, **params):

@@ -1,11 +1,11 @@
-"""The recall law (recallbench.theory) against simulation, limits and direct computation."""
+"""The recall law (recallbench.law.theory) against simulation, limits and direct computation."""
 import math
 
 import numpy as np
 import pytest
 from scipy import special, stats
 
-from recallbench import theory
+from recallbench.law import theory
 
 
 def simulate_gaussian_model(vocab_size, sig, trials, rng, top_k=1):

@@ -1,0 +1,53 @@
+"""``recallbench submit``: turn a result store into a leaderboard submission.
+
+    recallbench submit --suite leaderboards/cpu-small --store STORE --model-name NAME
+                       [--adapter NAME] [--description TEXT] [--url URL] [--out FILE]
+
+The store's records that fill the suite's grid (for one adapter) become a submission
+YAML with per-point counts, the scorer's fitted effective state, capacity and Fano ratio,
+and a sha256 over its content.  Default output: <suite>/submissions/<model-name>.yaml.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from recallbench.api.errors import ConfigError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--suite", required=True, help="suite folder (holds suite.yaml)")
+    parser.add_argument("--store", required=True, nargs="+",
+                        help="result store folder(s) or .jsonl/.json files")
+    parser.add_argument("--model-name", required=True,
+                        help="name on the leaderboard (letters, digits, . _ + -)")
+    parser.add_argument("--adapter", help="which adapter's runs (needed if the store holds several)")
+    parser.add_argument("--description", help="one line about the model")
+    parser.add_argument("--url", help="code or paper link")
+    parser.add_argument("--out", help="output file (default <suite>/submissions/<model-name>.yaml)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+
+def command(args) -> int:
+    from recallbench import leaderboard as lb
+
+    suite = lb.load_suite(args.suite)
+    lb.check_name(args.model_name, "--model-name")
+    records = lb.load_store_records(args.store)
+    sub = lb.build_submission(suite, records, args.model_name, adapter=args.adapter,
+                              description=args.description, url=args.url)
+    out = Path(args.out) if args.out else suite.dir / lb.SUBMISSIONS_DIR / f"{lb.slug(args.model_name)}.yaml"
+    if out.exists() and not args.force:
+        raise ConfigError(f"{out} exists (use --force to replace it)")
+    lb.write_submission(sub, out)
+    for b in sub["budgets"]:
+        sc = (b.get("score") or {}).get("mean") or {}
+        acc = lb._acc_by_nf(b)
+        print(f"{sub['model']['name']} ({sub['model']['adapter']}) budget {b['name']}: state "
+              f"{b['state_size']}, S_eff {lb._fmt(sc.get('s_eff'), '.4g')}, N_f* "
+              f"{lb._fmt(sc.get('capacity'), '.3g')}, Fano ratio {lb._fmt(sc.get('bits_ratio'), '.3g')}; "
+              + ", ".join(f"N_f={k}: {v:.3f}" for k, v in sorted(acc.items())))
+    if sub["impossible"]:
+        print("WARNING: the scorer flags impossible results (beats the Fano bound): validate will reject it")
+    print(f"submission written to {out} (sha256 {sub['sha256'][:12]}…)")
+    return 0

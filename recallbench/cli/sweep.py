@@ -1,0 +1,193 @@
+"""``recallbench sweep``: run a grid of configs into a resumable result store.
+
+    recallbench sweep SWEEP.yaml --store DIR [--shard I/N] [--executor inprocess|processes|ray]
+                      [--workers K] [--address ADDR] [--threads-per-worker T] [--ensemble K]
+                      [--dry-run] [--limit N] [--no-retry-failed]
+    recallbench sweep SWEEP.yaml --store DIR --adaptive [--tol 0.1] [--max-runs 40]
+                      [--stop interval|stable|either]
+    recallbench sweep --merge SRC [SRC ...] --store DST
+
+``--adaptive`` runs a theory-guided search over the sweep's D × N cells instead of all of
+them (:mod:`recallbench.runs.adaptive_sweep`); its runs go through the store the same way.
+
+A rerun skips the points the store already holds as ok (failed ones are retried unless
+``--no-retry-failed``).  Exit status: 0 when every point ran ok (or was done before), 1
+when some point failed (it is recorded with its reason), 2 for a user error (nothing run).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+
+from recallbench.api.errors import ConfigError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = ("examples:\n"
+                "  recallbench sweep sweeps/dn_mqar_linear.yaml --store stores/dn_mqar --dry-run\n"
+                "  recallbench sweep sweeps/dn_mqar_linear.yaml --store stores/dn_mqar "
+                "--executor processes --workers 2\n"
+                "  recallbench sweep SWEEP.yaml --store shared/st --shard 3/8   "
+                "# one job of an array of 8\n"
+                "  recallbench sweep sweeps/cpu/dn_mqar.yaml --store stores/dn_adaptive --adaptive\n"
+                "  recallbench sweep --merge other_store more.jsonl --store stores/dn_mqar")
+    p.add_argument("sweep", nargs="?", help="sweep YAML: base (a run config), axes, zip, skip, where")
+    p.add_argument("--store", help="result store directory (created if missing)")
+    p.add_argument("--shard", metavar="I/N", help="run only shard I of N (0-based); each shard "
+                   "writes its own file in the store, so shards may run concurrently")
+    p.add_argument("--executor", choices=["inprocess", "processes", "ray"], default="inprocess",
+                   help="where points run (default: inprocess)")
+    p.add_argument("--workers", type=int, metavar="K",
+                   help="worker processes (processes; default: CPU count) or local Ray CPUs / T")
+    p.add_argument("--address", help="Ray cluster address (default: start a local one)")
+    p.add_argument("--threads-per-worker", type=int, metavar="T",
+                   help="torch threads per worker (default 1 for processes and ray; "
+                        "inprocess: the run's own choice)")
+    p.add_argument("--ensemble", type=int, metavar="K",
+                   help="train up to K points of the same shape as one batched model "
+                        "(needs recallbench.harness.ensemble)")
+    p.add_argument("--limit", type=int, metavar="N", help="run at most N of the pending points")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the points and skip counts (and their state in --store); run nothing")
+    p.add_argument("--no-retry-failed", dest="retry_failed", action="store_false",
+                   help="do not rerun points recorded as failed")
+    p.add_argument("--adaptive", action="store_true",
+                   help="theory-guided search over the sweep's D x N cells: place runs near the "
+                        "predicted phase boundary until a is pinned down (see --tol, --stop)")
+    p.add_argument("--tol", type=float, default=0.10,
+                   help="--adaptive: relative precision of a to stop at (default 0.10)")
+    p.add_argument("--max-runs", type=int, default=40, metavar="N",
+                   help="--adaptive: run at most N cells, each with all its seeds (default 40)")
+    p.add_argument("--stop", choices=["interval", "stable", "either"], default="either",
+                   help="--adaptive: stop when a's 95%% CI is within ±tol (interval), when three "
+                        "consecutive fits agree within tol/2 (stable), or at the first of the two "
+                        "(either, the default)")
+    p.add_argument("--merge", nargs="+", metavar="SRC",
+                   help="merge these stores (directories or .jsonl files) into --store and exit")
+
+
+def _skips(skipped: Counter) -> str:
+    if not skipped:
+        return "none"
+    return ", ".join(f"{n} by {rule}" for rule, n in skipped.items())
+
+
+def command(args) -> int:
+    from recallbench.runs import store as store_mod
+    from recallbench.runs.sweep import load_sweep, parse_shard, shard_points
+
+    if args.merge:
+        if args.sweep:
+            raise ConfigError("--merge takes stores, not a sweep file; "
+                              "use: recallbench sweep --merge SRC... --store DST")
+        if not args.store:
+            raise ConfigError("--merge needs --store DST (the store to merge into)")
+        c = store_mod.merge_stores(args.merge, args.store)
+        total = store_mod.read_store(args.store)
+        print(f"merged {c['sources']} sources ({c['read']} records, {c['duplicates']} duplicates "
+              f"within them) into {args.store}: {c['added']} added, {c['already']} already there; "
+              f"the store now holds {len(total.records)} points "
+              f"({len(total.hashes('ok'))} ok, {len(total.hashes('failed'))} failed)")
+        return 0
+    if not args.sweep:
+        raise ConfigError("sweep needs a SWEEP.yaml (or --merge SRC... --store DST)")
+    for flag, value in (("--limit", args.limit), ("--ensemble", args.ensemble),
+                        ("--workers", args.workers), ("--threads-per-worker", args.threads_per_worker)):
+        if value is not None and value < (0 if flag == "--limit" else 1):
+            raise ConfigError(f"{flag} {value} is not allowed: must be >= "
+                              f"{0 if flag == '--limit' else 1}")
+    if args.address and args.executor != "ray":
+        raise ConfigError("--address is for --executor ray")
+    if args.adaptive:
+        if args.shard or args.limit is not None:
+            raise ConfigError("--adaptive chooses its own runs: it does not combine with "
+                              "--shard or --limit")
+        if not 0.0 < args.tol < 1.0:
+            raise ConfigError(f"--tol {args.tol} is not allowed: must be in (0, 1)")
+        if args.max_runs < 2:
+            raise ConfigError(f"--max-runs {args.max_runs} is not allowed: must be >= 2")
+    shard = parse_shard(args.shard)
+    sweep = load_sweep(args.sweep)
+    exp = sweep.expand()  # every point resolved: a bad value stops here, before any work
+    points = shard_points(exp.points, shard)
+    dup = f", {exp.duplicates} duplicate cells" if exp.duplicates else ""
+    where = f"; shard {shard[0]}/{shard[1]}: {len(points)} points" if shard else ""
+    header = (f"sweep {sweep.name}: grid {exp.grid_size} cells, {len(exp.points)} points "
+              f"(skipped: {_skips(exp.skipped)}{dup}){where}; ")
+    if args.dry_run:
+        return _dry_run(args, points, header)
+    if not args.store:
+        raise ConfigError("sweep needs --store DIR (where results go), or --dry-run")
+    if args.ensemble:
+        from recallbench.runs.executors import load_ensemble
+
+        load_ensemble()  # a clear error now, not after the store is opened
+    _check_available(points, args.executor)
+    from recallbench.runs.executors import make_executor, run_sweep
+
+    if args.adaptive:
+        from recallbench.runs.adaptive_sweep import candidates
+
+        candidates(points)  # a sweep the search cannot use stops here, before any work
+    executor = make_executor(args.executor, workers=args.workers, address=args.address,
+                             threads=args.threads_per_worker, ensemble=bool(args.ensemble))
+    echo = lambda line: print(line, flush=True)  # noqa: E731
+    try:
+        st = store_mod.Store(args.store, shard)
+        st.open()  # takes the writer lock: a second driver on the same file stops here
+        try:
+            if args.adaptive:
+                from recallbench.runs.adaptive_sweep import run_adaptive
+
+                counts = run_adaptive(points, st, executor, tol=args.tol,
+                                      max_runs=args.max_runs, stop=args.stop, echo=echo,
+                                      header=header)["counts"]
+            else:
+                counts = run_sweep(points, st, executor, retry_failed=args.retry_failed,
+                                   limit=args.limit, ensemble=args.ensemble, echo=echo,
+                                   header=header)
+        except KeyboardInterrupt:
+            print(f"recallbench: interrupted; the points that finished are in {args.store}, "
+                  f"and the same command resumes from there", file=sys.stderr, flush=True)
+            return 130
+        finally:
+            st.close()
+    finally:
+        executor.close()
+    return 1 if counts["failed"] else 0
+
+
+def _dry_run(args, points, header: str) -> int:
+    from recallbench.runs.store import read_store
+
+    state = {}
+    if args.store:
+        contents = read_store(args.store)
+        state = {h: r.get("status") for h, r in contents.by_hash.items()}
+    counts = Counter(state.get(p.hash, "pending") for p in points)
+    print(header.rstrip("; ")
+          + (f"; store {args.store}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+             if args.store else ""))
+    for p in points:
+        status = state.get(p.hash, "pending") if args.store else ""
+        print(f"  {p.hash[:12]}  {status:<8} {p.label()}" if args.store
+              else f"  {p.hash[:12]}  {p.label()}")
+    return 0
+
+
+def _check_available(points, executor: str) -> None:
+    """Adapters that cannot run on this machine stop the sweep before any work.
+
+    Skipped for Ray, whose workers may run where the driver cannot (a GPU cluster).
+    """
+    if executor == "ray":
+        return
+    from recallbench.api.errors import UnavailableError
+    from recallbench.api.registry import ADAPTERS
+
+    for name in sorted({p.cfg.model.adapter for p in points}):
+        ok, why = ADAPTERS.get(name).availability()
+        if not ok:
+            raise UnavailableError(f"adapter {name} cannot run here: {why}")

@@ -1,0 +1,178 @@
+"""``recallbench theory``: what the recall law predicts for one setting.
+
+    recallbench theory --task mqar --vocab-size 1024 --num-facts 16 --d-model 32 --d-state 16
+    recallbench theory --task ar --vocab-size 512 --num-facts 32 --model-kind designed --target 0.99 --d-model 64
+    recallbench theory ... --json
+
+Prints σ, the recall probability (eq. 19, eq. 20 and Rem 4.3), top-k recall, Lem 4.1's
+worst-case condition, the state and the Fano minimum (Lem 4.5), the capacity N_f*(δ);
+with ``--target``, the smallest N·D, D and N (at ``--d-model``) for that probability
+(Rem 4.4).  Every formula is in :mod:`recallbench.law.theory`.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+
+from recallbench.law import theory
+from recallbench.api.errors import ConfigError
+
+TASKS = ("ar", "mqar", "mqar-repeated-keys")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``recallbench theory``."""
+    parser.add_argument("--task", choices=TASKS, default="mqar", help="task (default mqar)")
+    parser.add_argument("--vocab-size", type=int, help="V, vocabulary size (even, >= 4)")
+    parser.add_argument("--num-facts", type=int, help="N_f, key-value facts in the context (1 to V/2 - 1)")
+    parser.add_argument("--seq-len", type=int,
+                        help="L (default: 2·N_f + 1 for ar, 4·N_f for mqar)")
+    parser.add_argument("--d-model", type=int, help="D, model width (>= 1)")
+    parser.add_argument("--d-state", type=int, help="N, state size per channel (>= 1)")
+    parser.add_argument("--n-layers", type=int, default=1, help="Λ, layers (default 1)")
+    parser.add_argument("--a", type=float, default=None,
+                        help="the noise coefficient a (> 0); default: from --model-kind")
+    parser.add_argument("--model-kind", choices=theory.MODEL_KINDS, default=None,
+                        help="take a from the paper's table (default linear)")
+    parser.add_argument("--target", type=float, default=None,
+                        help="target recall probability in (0, 1): report the smallest state")
+    parser.add_argument("--top-k", type=int, default=5, help="k of the top-k recall (default 5)")
+    parser.add_argument("--form", choices=theory.FORMS, default="eq19",
+                        help="eq19 (exact integral, default), eq20 (Gumbel) or rem43 (coarse)")
+    parser.add_argument("--state-bits", type=int, default=32,
+                        help="bits per state scalar for the Fano bound (default 32)")
+    parser.add_argument("--delta", type=float, default=0.01,
+                        help="failure probability δ of the Fano bound and capacity (default 0.01)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _need(value, flag: str, allowed: str):
+    if value is None:
+        raise ConfigError(f"{flag} is required: {allowed}")
+    return value
+
+
+def _check(value, flag: str, ok: bool, allowed: str) -> None:
+    if value is not None and not ok:
+        raise ConfigError(f"{flag} = {value!r} is not allowed: {allowed}")
+
+
+def _validate(args) -> tuple[float, str | None]:
+    """Check every flag; return (a, model kind)."""
+    v = _need(args.vocab_size, "--vocab-size", "an even integer >= 4")
+    _check(v, "--vocab-size", v >= 4 and v % 2 == 0,
+           "an even integer >= 4 (keys and values take one half each, as in the tasks)")
+    nf = _need(args.num_facts, "--num-facts", "an integer >= 1")
+    _check(nf, "--num-facts", 1 <= nf <= v // 2 - 1,
+           f"an integer in [1, {v // 2 - 1}] (the key vocabulary holds V/2 - 1 keys)")
+    if args.target is None:
+        _need(args.d_model, "--d-model", "an integer >= 1 (or give --target)")
+        _need(args.d_state, "--d-state", "an integer >= 1 (or give --target)")
+    _check(args.d_model, "--d-model", args.d_model is None or args.d_model >= 1, "an integer >= 1")
+    _check(args.d_state, "--d-state", args.d_state is None or args.d_state >= 1, "an integer >= 1")
+    _check(args.n_layers, "--n-layers", args.n_layers >= 1, "an integer >= 1")
+    if args.seq_len is not None:
+        if args.task == "ar":
+            _check(args.seq_len, "--seq-len", args.seq_len == 2 * nf + 1,
+                   f"AR has L = 2·num_facts + 1 = {2 * nf + 1}")
+        else:
+            _check(args.seq_len, "--seq-len", args.seq_len >= 4 * nf,
+                   f"an integer >= 4·num_facts = {4 * nf}")
+    _check(args.target, "--target", args.target is None or 0.0 < args.target < 1.0,
+           "a probability strictly between 0 and 1")
+    _check(args.top_k, "--top-k", 1 <= args.top_k <= v - 1, f"an integer in [1, V - 1 = {v - 1}]")
+    _check(args.state_bits, "--state-bits", args.state_bits >= 1, "an integer >= 1")
+    _check(args.delta, "--delta", 0.0 < args.delta < 1.0, "a probability strictly between 0 and 1")
+    if args.a is not None and args.model_kind is not None:
+        raise ConfigError("--a and --model-kind are exclusive: give one (a from the table, or your own)")
+    if args.a is not None:
+        _check(args.a, "--a", args.a > 0 and math.isfinite(args.a), "a number > 0")
+        return float(args.a), None
+    kind = args.model_kind or "linear"
+    return theory.coefficient_a(kind, args.task), kind
+
+
+def compute(args) -> dict:
+    """The JSON-ready answer for validated flags."""
+    a, kind = _validate(args)
+    out: dict = {}
+    if args.d_model is not None and args.d_state is not None:
+        out = theory.summary(args.vocab_size, args.num_facts, args.d_model, args.d_state, a,
+                             task=args.task, seq_len=args.seq_len, n_layers=args.n_layers,
+                             top_k=args.top_k, form=args.form, state_bits=args.state_bits,
+                             delta=args.delta, model_kind=kind)
+    else:
+        out = {"task": args.task, "vocab_size": args.vocab_size, "num_facts": args.num_facts,
+               "d_model": args.d_model, "n_layers": args.n_layers, "a": a, "model_kind": kind,
+               "form": args.form}
+    if args.target is not None:
+        out["requirement"] = dataclasses.asdict(theory.requirement(
+            args.target, args.vocab_size, args.num_facts, a, args.d_model, args.n_layers, args.form))
+    return out
+
+
+def _g(x, digits=4) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float) and math.isinf(x):
+        return "∞"
+    return f"{x:.{digits}g}"
+
+
+def render_text(out: dict) -> str:
+    """The answer as a few readable lines."""
+    kind = f" ({out['model_kind']})" if out.get("model_kind") else " (given)"
+    lines = [f"Recall law (Koren et al. 2026) for {out['task']}: V={out['vocab_size']}, "
+             f"N_f={out['num_facts']}" + (f", L={out['seq_len']}" if out.get("seq_len") else "")
+             + (f", D={out['d_model']}" if out.get("d_model") else "")
+             + (f", N={out['d_state']}" if out.get("d_state") else "")
+             + f", Λ={out['n_layers']}, a={_g(out['a'])}{kind}"]
+    if "sigma" in out:
+        forms = out["recall_forms"]
+        lines += [
+            f"  σ = √(a·N_f/(Λ·N·D) + 1/D) = {_g(out['sigma'])}   (1/σ = {_g(out['inv_sigma'])}, "
+            f"m_V = {_g(out['m_v'])}, √(2 log V) = {_g(theory.sqrt_2_log_v(out['vocab_size']))})",
+            f"  recall p = {_g(out['recall'])}  [{out['form']}]   "
+            f"(eq. 19: {_g(forms['eq19'])}, eq. 20: {_g(forms['eq20'])}, Rem 4.3: {_g(forms['rem43'])})",
+            f"  top-{out['top_k']} recall (Gaussian model of eq. 19) = {_g(out['recall_topk'])}",
+        ]
+        if "designed_position_average" in out:
+            lines.append("  designed model, averaged over MQAR query positions (σ_t² = (t+N)/(N·D)): "
+                         f"p = {_g(out['designed_position_average'])}")
+        wc = out["worst_case"]
+        lines.append(f"  Lem 4.1 worst case: ε_v = {_g(wc['eps_v'])}, ε_k = {_g(wc['eps_k'])}, "
+                     f"condition {_g(wc['lhs'])} < 1/2: "
+                     + ("exact recall guaranteed" if wc["solved"] else "not guaranteed"))
+        lines += [
+            f"  state S = 2·D·N·Λ = {_g(out['state_size'], 8)} scalars × {out['state_bits']} bits = "
+            f"{_g(out['state_bits_total'], 8)} bits",
+            f"  Fano (Lem 4.5) at δ = {out['delta']}: needs ≥ {_g(out['fano_min_bits'])} bits for "
+            f"N_f = {out['num_facts']}; this state could hold up to N_f = {_g(out['fano_max_facts'])}",
+            f"  capacity of the law: N_f*(δ = {out['delta']}) = {_g(out['capacity'])} facts",
+        ]
+    if "requirement" in out:
+        r = out["requirement"]
+        lines += [
+            f"  target p ≥ {r['target']} [{r['form']}]: needs 1/σ ≥ {_g(r['inv_sigma'])}",
+            f"    smallest Λ·N·D: > {_g(r['min_nd'])} (= a·N_f·(1/σ*)², approached as D → ∞); "
+            f"Rem 4.4 order N_f·log(V/δ) = {_g(r['asymptotic_nd'])}",
+            f"    smallest D: > {_g(r['min_d_model'])} (σ² ≥ 1/D whatever N)",
+        ]
+        if r.get("d_model") is not None:
+            lines.append(f"    at D = {_g(r['d_model'])}: smallest N = {_g(r['min_d_state'])} per layer "
+                         f"(N·D = {_g(r['nd_at_d_model'])})")
+    return "\n".join(lines)
+
+
+def command(args) -> int:
+    """Run ``recallbench theory``; ConfigError on a bad flag (the CLI exits 2)."""
+    out = compute(args)
+    if args.json:
+        from recallbench.law.scorer import _jsonable
+
+        print(json.dumps(_jsonable(out), indent=2))
+    else:
+        print(render_text(out))
+    return 0

@@ -1,0 +1,72 @@
+"""Data for one run: an online training stream and fixed evaluation sets.
+
+- Training: :class:`TrainStream` yields a fresh batch every step, forever.  Its
+  generator is seeded from (run seed, rank, worker), so no two data-loader
+  workers or distributed ranks ever repeat each other's data.
+- Validation and test: generated once, from seeds that depend only on the task
+  and the set's size (never on the run seed), so every run of a task is scored
+  on the same sequences and numbers compare across runs and seeds.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from lightning import LightningDataModule
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from recallbench.api.task import Task
+
+VAL_STREAM, TEST_STREAM, TRAIN_STREAM, MODEL_STREAM = 1, 2, 3, 4  # seed namespaces
+
+
+def make_generator(*key: int) -> torch.Generator:
+    """A torch.Generator seeded from a tuple of non-negative ints (SeedSequence mixing)."""
+    seed = int(np.random.SeedSequence(list(key)).generate_state(1, dtype=np.uint64)[0])
+    return torch.Generator().manual_seed(seed % (2**63 - 1))
+
+
+def fixed_set(task: Task, size: int, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A reproducible evaluation set: (inputs, targets), each (size, L)."""
+    return task.sample(size, make_generator(stream, size))
+
+
+class TrainStream(IterableDataset):
+    def __init__(self, task: Task, batch_size: int, seed: int, rank: int = 0):
+        self.task, self.batch_size, self.seed, self.rank = task, batch_size, seed, rank
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker = info.id if info is not None else 0
+        gen = make_generator(TRAIN_STREAM, self.seed, self.rank, worker)
+        while True:
+            yield self.task.sample(self.batch_size, gen)
+
+
+class RecallDataModule(LightningDataModule):
+    def __init__(self, task: Task, batch_size: int, seed: int, val_size: int, test_size: int,
+                 eval_batch_size: int = 512, num_workers: int = 0):
+        super().__init__()
+        self.task, self.batch_size, self.seed = task, batch_size, seed
+        self.val_size, self.test_size = val_size, test_size
+        self.eval_batch_size, self.num_workers = eval_batch_size, num_workers
+        self.val_set = self.test_set = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.val_set is None:
+            self.val_set = fixed_set(self.task, self.val_size, VAL_STREAM)
+            self.test_set = fixed_set(self.task, self.test_size, TEST_STREAM)
+
+    def train_dataloader(self):
+        rank = self.trainer.global_rank if self.trainer is not None else 0
+        return DataLoader(TrainStream(self.task, self.batch_size, self.seed, rank),
+                          batch_size=None, num_workers=self.num_workers)
+
+    def _fixed_loader(self, data):
+        dataset = torch.utils.data.TensorDataset(*data)
+        return DataLoader(dataset, batch_size=self.eval_batch_size, shuffle=False)
+
+    def val_dataloader(self):
+        return self._fixed_loader(self.val_set)
+
+    def test_dataloader(self):
+        return self._fixed_loader(self.test_set)

@@ -1,0 +1,209 @@
+"""One run: train (or only evaluate) one model on one task and return its result record.
+
+    record = run({"task": {...}, "model": {...}, "train": {...}})
+
+The record is plain JSON (schema ``recallbench.result/1``, see
+:func:`recallbench.api.record.make_record`): accuracy with its counts, state size,
+parameters, steps, wall time, the resolved config and its hash.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import warnings
+from typing import Any, Mapping
+
+import torch
+
+from recallbench.api.config import RunConfig, resolve
+from recallbench.harness.data import MODEL_STREAM, RecallDataModule, make_generator
+from recallbench.api.errors import UnavailableError
+from recallbench.harness.loop import asked
+from recallbench.harness.metrics import RecallAccuracy
+from recallbench.harness.model import RecallModel
+from recallbench.api.registry import ADAPTERS
+from recallbench.api.record import make_record
+
+# Models with at most this many inner channels are "tiny": on CPU one thread beats
+# several, because per-op dispatch dominates and threads only add synchronization
+# (benchmarks/bench_train.py measures the ratio).
+TINY_CHANNELS = 512
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UnavailableError("train.device = cuda, but no CUDA device is available here")
+    return torch.device(name)
+
+
+def pick_threads(cfg: RunConfig) -> int:
+    """CPU threads for this run: the user's, else 1 for tiny models, else torch's default."""
+    if cfg.train.threads is not None:
+        return cfg.train.threads
+    if cfg.model.expand * cfg.model.d_model <= TINY_CHANNELS:
+        return 1
+    return torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def quiet_lightning():
+    """Silence Lightning's start-up chatter (GPU/TPU availability, seed lines, tips)."""
+    names = ["lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning",
+             "lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.seed"]
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*(does not have many workers|"
+                                "IterableDataset|infinite|num_workers|LitLogger|litlogger|"
+                                "LeafSpec).*")
+        try:
+            yield
+        finally:
+            for lg, level in zip(loggers, levels):
+                lg.setLevel(level)
+
+
+@torch.no_grad()
+def score(model: torch.nn.Module, data: tuple[torch.Tensor, torch.Tensor], top_k: int,
+          device: torch.device, batch_size: int = 512) -> dict[str, Any]:
+    """Recall counts of ``model`` on a fixed set."""
+    metric = RecallAccuracy(top_k=top_k)
+    model.eval()
+    inputs, targets = data
+    for i in range(0, len(inputs), batch_size):
+        logits, answers = asked(model, inputs[i:i + batch_size].to(device),
+                                targets[i:i + batch_size].to(device))
+        metric.update(logits.float().cpu(), answers.cpu())
+    return {k: (v.item()) for k, v in metric.compute().items()}
+
+
+def run(config: RunConfig | Mapping[str, Any] | None = None, progress: bool | None = None
+        ) -> dict[str, Any]:
+    """Train and test one configuration; returns the result record (a dict)."""
+    cfg = config if isinstance(config, RunConfig) else resolve(config)
+    adapter_cls = ADAPTERS.get(cfg.model.adapter)
+    ok, why = adapter_cls.availability()
+    if not ok:
+        raise UnavailableError(f"adapter {cfg.model.adapter} cannot run here: {why}")
+    device = pick_device(cfg.train.device)
+    threads = pick_threads(cfg) if device.type == "cpu" else torch.get_num_threads()
+    show = cfg.train.progress if progress is None else progress
+    start = time.perf_counter()
+    with cpu_threads(threads), quiet_lightning():
+        record = _run(cfg, adapter_cls, device, show)
+    record["wall_s"] = round(time.perf_counter() - start, 3)
+    record["threads"] = threads if device.type == "cpu" else None
+    return record
+
+
+def build_model(cfg: RunConfig, device: torch.device):
+    """(adapter, model) of a run, seeded as every run is: the single place a model is made."""
+    from lightning import seed_everything
+
+    seed_everything(cfg.train.seed, workers=True, verbose=False)
+    adapter = ADAPTERS.get(cfg.model.adapter)(cfg.model)
+    model = RecallModel(adapter, cfg.task.vocab_size, device=device,
+                        generator=make_generator(MODEL_STREAM, cfg.train.seed)).to(device)
+    return adapter, model
+
+
+def _step_bar() -> list:
+    """Lightning's rich progress bar, labelled "train" instead of "Epoch 0/-2".
+
+    A run is one endless stream of fresh batches bounded by ``max_steps`` (Lightning's
+    ``max_epochs`` is -1), so an epoch count means nothing; the bar's total is the steps.
+    Without rich, Lightning's own tqdm bar ("Epoch 0") is used.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("rich") is None:
+        return []
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    class StepBar(RichProgressBar):
+        def _get_train_description(self, current_epoch: int) -> str:
+            return f"{'train':{len(self.validation_description)}}"
+
+    return [StepBar()]
+
+
+@contextlib.contextmanager
+def _ctrl_c_kept(trainer):
+    """Lightning's ``fit``/``validate`` inside, with Ctrl-C kept a KeyboardInterrupt.
+
+    Lightning answers Ctrl-C by ignoring SIGINT from then on and calling ``sys.exit(1)``:
+    a sweep would die without a word, with exit status 1, and a pytest session that
+    called :func:`run` could no longer be interrupted at all.  Here the SIGINT handler is
+    put back and the interrupt re-raised, so callers (the CLI: "interrupted", exit 130)
+    see it as one.
+    """
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGINT) if main else None
+    try:
+        yield
+    except SystemExit:
+        if not trainer.interrupted:
+            raise
+        if handler is not None:
+            signal.signal(signal.SIGINT, handler)
+        raise KeyboardInterrupt from None
+
+
+def _run(cfg: RunConfig, adapter_cls, device: torch.device, show: bool) -> dict[str, Any]:
+    from lightning import Trainer
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    from recallbench.harness.module import RecallModule
+
+    tc = cfg.train
+    adapter, model = build_model(cfg, device)
+    dm = RecallDataModule(cfg.task, tc.batch_size, tc.seed, tc.val_size, tc.test_size)
+    dm.setup()
+    module = RecallModule(model, tc)
+    train_s = 0.0
+    steps = 0
+    if adapter.trainable and tc.max_steps > 0:
+        callbacks = _step_bar() if show else []
+        if tc.early_stop is not None:
+            callbacks.append(EarlyStopping(monitor="val_accuracy", mode="max", patience=10**9,
+                                           stopping_threshold=tc.early_stop,
+                                           check_on_train_epoch_end=False))
+        trainer = Trainer(
+            accelerator="gpu" if device.type == "cuda" else "cpu",
+            devices=[device.index or 0] if device.type == "cuda" else 1,
+            max_steps=tc.max_steps, val_check_interval=min(tc.val_every, tc.max_steps),
+            check_val_every_n_epoch=None, num_sanity_val_steps=0, logger=False,
+            enable_checkpointing=False, enable_model_summary=False,
+            enable_progress_bar=show, callbacks=callbacks,
+            gradient_clip_val=tc.grad_clip, gradient_clip_algorithm="norm")
+        t0 = time.perf_counter()
+        with _ctrl_c_kept(trainer):
+            trainer.fit(module, datamodule=dm)
+            steps = trainer.global_step
+            if module.last_val_step != steps:  # score the final weights too
+                trainer.validate(module, datamodule=dm, verbose=False)
+        train_s = time.perf_counter() - t0
+        module.restore_best()
+    model.to(device)
+    test = score(model, dm.test_set, tc.top_k, device)
+    val_best = module.best_val if module.best_state is not None else None
+    return make_record(cfg, adapter, model, test, steps=steps, train_s=train_s,
+                       val_accuracy=val_best, best_step=module.best_step, device=device)

@@ -1,0 +1,369 @@
+"""Maximum-likelihood fits of the recall law to measured counts.
+
+Every measured point is a binomial count: ``correct`` right answers out of ``total``
+queries (queries are treated as independent; those of one sequence are mildly
+correlated, which the dispersion factor below absorbs).  Symbols as in
+:mod:`recallbench.law.theory`: V ``vocab_size``, N_f ``num_facts``, D ``d_model``,
+N ``d_state``, Λ ``n_layers``.
+
+Fits
+----
+* :func:`fit_collapse`: (a, b) of the collapse p = Φ(x − b), x = √(N_eff·D/(a·N_f + N_eff)),
+  N_eff = Λ·N (Rem 4.3 with Thm 4.6), beside the paper's constants (a from
+  ``theory.A_TABLE``, b = √(2 log V)).
+* :func:`fit_effective_state`: the fitted effective state of any model, the state of the
+  simplified linear reference model that reproduces its accuracies (definition there).
+
+Confidence intervals are **profile-likelihood** intervals: the set of values of the
+parameter whose profile deviance 2·(nll − nll_min) stays below χ²₁(level)·φ, where
+φ = max(1, deviance/(points − parameters)) is the quasi-binomial dispersion (φ = 1 with
+``overdispersion=False``, or when there are no spare degrees of freedom).  A bound that
+the data do not limit (all queries right, say) is reported as 0 or ``inf``.
+
+:func:`fano_check` flags measurements that need more information than the state can hold
+(Lem 4.5); :func:`binomial_interval` is the Clopper-Pearson interval of one point.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import numpy as np
+from scipy import optimize, special, stats
+
+from recallbench.law import theory
+
+LOG_A_BOUNDS = (math.log(1e-3), math.log(1e3))
+LOG_THETA_BOUNDS = (math.log(1e-4), math.log(1e9))
+
+
+# -- one point ------------------------------------------------------------------------
+
+def binomial_interval(correct, total, level: float = 0.95):
+    """Clopper-Pearson (exact) interval of a binomial proportion; arrays broadcast.
+
+    Returns ``(lower, upper)``; 0 right answers gives lower 0, all right gives upper 1.
+    """
+    k = np.asarray(correct, float)
+    n = np.asarray(total, float)
+    alpha = 1.0 - level
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lo = np.where(k > 0, stats.beta.ppf(alpha / 2, k, n - k + 1), 0.0)
+        hi = np.where(k < n, stats.beta.ppf(1 - alpha / 2, k + 1, n - k), 1.0)
+    return theory._out(lo), theory._out(hi)
+
+
+@dataclasses.dataclass
+class FanoCheck:
+    """Lem 4.5 against one measurement (see :func:`fano_check`)."""
+
+    accuracy_lower: float  # Clopper-Pearson lower bound of the accuracy
+    implied_bits: float  # (accuracy_lower)·info_bits − 1: what recall at that rate needs
+    state_bits_total: float  # b·S: what the state can hold
+    impossible: bool
+
+
+def fano_check(correct, total, state_size, state_bits, info_bits, level: float = 0.95) -> FanoCheck:
+    """Does the measured accuracy need more bits than the state holds?
+
+    Lem 4.5: recall with probability 1 − δ needs b·S ≥ (1 − δ)·N_f·log2(V_v) − 1.  With
+    1 − δ set to the accuracy's lower confidence bound and N_f·log2(V_v) = ``info_bits``
+    (what the queries ask for), a measurement with
+    (accuracy_lower)·info_bits − 1 > b·S is impossible for an honest fixed-state model: it
+    points at a leak (the answer reachable without the state) or a bug.
+    """
+    lo, _ = binomial_interval(correct, total, level)
+    implied = float(lo) * float(info_bits) - 1.0
+    capacity_bits = float(state_size) * float(state_bits)
+    return FanoCheck(float(lo), implied, capacity_bits, implied > capacity_bits)
+
+
+# -- likelihood machinery --------------------------------------------------------------
+
+def _nll(k, n, log_p, log_q):
+    """Binomial negative log-likelihood (without the constant log C(n, k))."""
+    return float(-np.sum(k * log_p + (n - k) * log_q))
+
+
+def _saturated_nll(k, n):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ph = k / n
+        t1 = np.where(k > 0, k * np.log(np.where(k > 0, ph, 1.0)), 0.0)
+        t2 = np.where(n - k > 0, (n - k) * np.log(np.where(n - k > 0, 1 - ph, 1.0)), 0.0)
+    return float(-np.sum(t1 + t2))
+
+
+def _dispersion(nll_min, k, n, n_params, overdispersion):
+    deviance = 2.0 * (nll_min - _saturated_nll(k, n))
+    dof = len(k) - n_params
+    if not overdispersion or dof <= 0:
+        return deviance, dof, 1.0
+    return deviance, dof, max(1.0, deviance / dof)
+
+
+def _minimize_1d(f: Callable[[float], float], lo: float, hi: float, grid: int = 25):
+    """Global-ish minimum of a 1-D function on [lo, hi]: a grid, then bounded Brent."""
+    xs = np.linspace(lo, hi, grid)
+    ys = np.array([f(x) for x in xs])
+    i = int(np.argmin(ys))
+    a, b = xs[max(i - 1, 0)], xs[min(i + 1, grid - 1)]
+    res = optimize.minimize_scalar(f, bounds=(a, b), method="bounded",
+                                   options={"xatol": 1e-9 * max(1.0, abs(xs[i]))})
+    if res.fun <= ys[i]:
+        return float(res.x), float(res.fun)
+    return float(xs[i]), float(ys[i])
+
+
+def _profile_interval(prof: Callable[[float], float], x_hat: float, f_hat: float, lo: float,
+                      hi: float, threshold: float):
+    """Where the profile deviance 2(prof − f_hat) crosses ``threshold`` on each side of x_hat.
+
+    Returns (lower, upper); a side that does not cross inside [lo, hi] gives lo or hi
+    (the caller turns those into 0 or inf).
+    """
+    def g(x):
+        return 2.0 * (prof(x) - f_hat) - threshold
+
+    def side(edge):
+        if abs(edge - x_hat) < 1e-12 or g(edge) < 0:
+            return edge
+        # walk out geometrically so the bracket stays tight (profiles are flat far out)
+        step = 0.05 * (edge - x_hat) / abs(edge - x_hat)
+        inner = x_hat
+        while True:
+            outer = x_hat + step
+            if (outer - edge) * (edge - x_hat) >= 0:
+                outer = edge
+            if g(outer) >= 0:
+                return float(optimize.brentq(g, inner, outer, xtol=1e-9, rtol=1e-10))
+            if outer == edge:
+                return edge
+            inner, step = outer, step * 2.0
+
+    return side(lo), side(hi)
+
+
+# -- the collapse fit (Rem 4.3, Thm 4.6) -----------------------------------------------
+
+def collapse_x(d_model, d_state, num_facts, a, n_layers=1):
+    """x = √(N_eff·D / (a·N_f + N_eff)) = 1/σ, N_eff = Λ·N: the collapse variable."""
+    return theory.inverse_sigma(num_facts, d_model, d_state, a, n_layers)
+
+
+def collapse_recall(x, b):
+    """p = Φ(x − b): the collapse curve."""
+    return theory._out(special.ndtr(np.asarray(x, float) - b))
+
+
+@dataclasses.dataclass
+class CollapseFit:
+    """The fitted (a, b) of p = Φ(x − b), x = √(N_eff·D/(a·N_f + N_eff)), and the paper's."""
+
+    a: float
+    a_ci: tuple[float, float]
+    b: float
+    b_ci: tuple[float, float]
+    paper_a: float | None  # theory.A_TABLE for the model kind and task
+    paper_b: float  # √(2 log V)
+    vocab_size: float
+    level: float
+    nll: float
+    deviance: float
+    dof: int
+    dispersion: float  # the factor the CI threshold was scaled by (≥ 1)
+    n_points: int
+    ci_method: str = "profile likelihood (quasi-binomial: threshold χ²₁·dispersion)"
+    law: str = "p = Phi(sqrt(Lambda N D / (a N_f + Lambda N)) - b)"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _arrays(*xs):
+    return [np.atleast_1d(np.asarray(x, float)) for x in np.broadcast_arrays(*xs)]
+
+
+def fit_collapse(correct, total, d_model, d_state, num_facts, vocab_size, n_layers=1,
+                 task: str = "mqar", model_kind: str | None = "linear", level: float = 0.95,
+                 overdispersion: bool = True) -> CollapseFit:
+    """Maximum-likelihood (a, b) of the collapse law on binomial counts (one V).
+
+    p_i = Φ(x_i(a) − b), x_i(a) = √(Λ_i·N_i·D_i / (a·N_f,i + Λ_i·N_i)).  The likelihood is
+    profiled: for a fixed a the best b is a 1-D convex problem (probit), and a is found
+    by a grid over log a ∈ [log 1e-3, log 1e3] then Brent's method.  Both CIs are profile
+    likelihood intervals (see the module doc).  ``paper_a`` is ``A_TABLE[model_kind, task]``
+    (None without a model kind), ``paper_b`` = √(2 log V).
+    """
+    k, n, d, ns, nf, v, lam = _arrays(correct, total, d_model, d_state, num_facts, vocab_size,
+                                      n_layers)
+    keep = n > 0
+    k, n, d, ns, nf, v, lam = (x[keep] for x in (k, n, d, ns, nf, v, lam))
+    if len(np.unique(v)) != 1:
+        raise ValueError("fit_collapse needs points of one vocab_size (b depends on V)")
+    if len(k) < 2:
+        raise ValueError("fit_collapse needs at least 2 points with queries")
+    n_eff = lam * ns
+    if len(set(zip(n_eff, d, nf))) < 2:  # every point has the same x(a): one equation, two unknowns
+        raise ValueError("fit_collapse needs points at 2 or more distinct (Λ·N, D, N_f): at one, "
+                         "a and b are not identified")
+
+    def nll(log_a, b):
+        x = np.sqrt(n_eff * d / (math.exp(log_a) * nf + n_eff))
+        return _nll(k, n, special.log_ndtr(x - b), special.log_ndtr(b - x))
+
+    def best_b(log_a):
+        res = optimize.minimize_scalar(lambda b: nll(log_a, b), bounds=(-20.0, 60.0),
+                                       method="bounded", options={"xatol": 1e-10})
+        return float(res.x), float(res.fun)
+
+    def prof_a(log_a):
+        return best_b(log_a)[1]
+
+    def prof_b(b):
+        return _minimize_1d(lambda la: nll(la, b), *LOG_A_BOUNDS, grid=21)[1]
+
+    la_hat, f_hat = _minimize_1d(prof_a, *LOG_A_BOUNDS, grid=31)
+    b_hat, f_hat2 = best_b(la_hat)
+    f_hat = min(f_hat, f_hat2)
+    deviance, dof, phi = _dispersion(f_hat, k, n, 2, overdispersion)
+    thr = stats.chi2.ppf(level, 1) * phi
+    la_lo, la_hi = _profile_interval(prof_a, la_hat, f_hat, *LOG_A_BOUNDS, thr)
+    b_lo, b_hi = _profile_interval(prof_b, b_hat, f_hat, b_hat - 30.0, b_hat + 30.0, thr)
+    b_lo = -math.inf if b_lo <= b_hat - 30.0 else b_lo
+    b_hi = math.inf if b_hi >= b_hat + 30.0 else b_hi
+    a_lo = 0.0 if la_lo <= LOG_A_BOUNDS[0] else math.exp(la_lo)
+    a_hi = math.inf if la_hi >= LOG_A_BOUNDS[1] else math.exp(la_hi)
+    paper_a = theory.coefficient_a(model_kind, task) if model_kind else None
+    return CollapseFit(a=math.exp(la_hat), a_ci=(a_lo, a_hi), b=b_hat, b_ci=(b_lo, b_hi),
+                       paper_a=paper_a, paper_b=theory.sqrt_2_log_v(v[0]),
+                       vocab_size=float(v[0]), level=level, nll=f_hat, deviance=deviance,
+                       dof=dof, dispersion=phi, n_points=len(k))
+
+
+# -- the fitted effective state --------------------------------------------------------
+
+def reference_recall(d_model, n_eff, num_facts, vocab_size, a, form: str = "eq19"):
+    """Recall of the simplified linear reference model of width D and N_eff = Λ·N."""
+    return theory.recall_probability(vocab_size, num_facts, d_model, n_eff, a, 1, form)
+
+
+@dataclasses.dataclass
+class EffectiveStateFit:
+    """The fitted effective state (see :func:`fit_effective_state` for the definition)."""
+
+    theta: float  # the fitted multiplier: N_eff,i = theta · scale_i
+    theta_ci: tuple[float, float]
+    a: float  # the reference model's a (trained linear, for the task)
+    form: str
+    expand: int
+    level: float
+    nll: float
+    deviance: float
+    dof: int
+    dispersion: float
+    n_points: int
+    ci_method: str = "profile likelihood (quasi-binomial: threshold χ²₁·dispersion)"
+
+    def n_eff(self, scale=1.0):
+        """N_eff (Λ·N of the reference) of a point with this scale, and its CI."""
+        return (self.theta * scale, (self.theta_ci[0] * scale, self.theta_ci[1] * scale))
+
+    def state(self, d_model, scale=1.0):
+        """S_eff = expand·D·N_eff of a point of width D, and its CI."""
+        f = self.expand * d_model * scale
+        return (self.theta * f, (self.theta_ci[0] * f, self.theta_ci[1] * f))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def fit_effective_state(correct, total, d_model, num_facts, vocab_size, task: str = "mqar",
+                        scale=1.0, form: str = "eq19", expand: int = 2, level: float = 0.95,
+                        overdispersion: bool = True) -> EffectiveStateFit:
+    """The fitted effective state S_eff of a black-box model, by maximum likelihood.
+
+    Definition.  The reference is the simplified linear Mamba (Alg. 1, expand 2, trained),
+    whose recall the law gives as p = law(D, N_eff, N_f, V): σ² = a·N_f/(N_eff·D) + 1/D
+    with a = ``A_TABLE["linear", task]`` (1 for AR, 5/4 for MQAR), then eq. 19 (or the
+    ``form`` given).  Each measured point i keeps its own width D_i, facts N_f,i and
+    vocabulary V_i.  One parameter θ is fitted over all points, with N_eff,i = θ·scale_i:
+
+    * ``scale = 1`` (one model configuration measured on several tasks): θ is N_eff, the
+      Λ·N a linear reference of the same width would need, and S_eff = expand·D·N_eff;
+    * ``scale_i = S_i / (expand·D_i)`` (a grid of configurations with states S_i): θ is the
+      state efficiency S_eff/S, pooled over the grid.
+
+    S_eff,i = expand·D_i·N_eff,i (:meth:`EffectiveStateFit.state`).  The reference's noise
+    never falls below σ² = 1/D, which caps its recall at p(1/σ = √D): accuracies above that
+    cap (a wide-state model at small D) give S_eff = ``inf``.  θ is searched on
+    [1e-4, 1e9]; an MLE at an end (all queries right, or at chance) is reported as
+    ``inf`` (or 0), with the CI bound the data do set.
+    """
+    k, n, d, nf, v, sc = _arrays(correct, total, d_model, num_facts, vocab_size, scale)
+    keep = n > 0
+    k, n, d, nf, v, sc = (x[keep] for x in (k, n, d, nf, v, sc))
+    if len(k) < 1:
+        raise ValueError("fit_effective_state needs at least one point with queries")
+    a = theory.coefficient_a("linear", task)
+
+    def nll(log_theta):
+        n_eff = math.exp(log_theta) * sc
+        s = np.sqrt(n_eff * d / (a * nf + n_eff))
+        if form == "eq19":
+            p, q = theory._quadrature(s, v, 1)
+        else:
+            p = np.asarray(theory.recall_from_inverse_sigma(s, v, form))
+            q = np.asarray(theory.failure_from_inverse_sigma(s, v, form))
+        return _nll(k, n, np.log(np.maximum(p, 1e-300)), np.log(np.maximum(q, 1e-300)))
+
+    lo, hi = LOG_THETA_BOUNDS
+    lt_hat, f_hat = _minimize_1d(nll, lo, hi, grid=41)
+    deviance, dof, phi = _dispersion(f_hat, k, n, 1, overdispersion)
+    thr = stats.chi2.ppf(level, 1) * phi
+    lt_lo, lt_hi = _profile_interval(nll, lt_hat, f_hat, lo, hi, thr)
+    theta = math.exp(lt_hat)
+    # an MLE in a flat end of the range is at the boundary: report 0 or inf
+    if abs(nll(hi) - f_hat) < 1e-9 * max(1.0, abs(f_hat)) and lt_hi >= hi:
+        theta = math.inf
+    elif abs(nll(lo) - f_hat) < 1e-9 * max(1.0, abs(f_hat)) and lt_lo <= lo:
+        theta = 0.0
+    ci = (0.0 if lt_lo <= lo else math.exp(lt_lo), math.inf if lt_hi >= hi else math.exp(lt_hi))
+    return EffectiveStateFit(theta=theta, theta_ci=ci, a=a, form=form, expand=expand, level=level,
+                             nll=f_hat, deviance=deviance, dof=dof, dispersion=phi,
+                             n_points=len(k))
+
+
+@dataclasses.dataclass
+class CapacityReport:
+    """Capacity of a fitted law and the Fano bound at that capacity."""
+
+    delta: float
+    capacity: float  # N_f*(δ): largest N_f recalled with probability ≥ 1 − δ (continuous)
+    fano_min_bits: float  # (1 − δ)·N_f*·log2(V/2) − 1, or 0 when that is negative
+    state_bits_total: float | None  # b·S, None when the state grows with L
+    bits_ratio: float | None  # b·S / Fano minimum (None when S is unknown or the minimum is 0 or inf)
+
+
+def capacity_report(d_model, n_eff, vocab_size, task: str = "mqar", state_size=None,
+                    state_bits: int = 32, delta: float = 0.01, form: str = "eq19",
+                    a: float | None = None) -> CapacityReport:
+    """N_f*(δ) of the linear reference law at (D, N_eff) and the Fano minimum there.
+
+    N_f* = N_eff·(D − s*²)/(a·s*²) with s* the 1/σ reaching 1 − δ (``theory.capacity``);
+    Fano minimum (Lem 4.5) = (1 − δ)·N_f*·log2(V/2) − 1; ratio = b·S / Fano minimum, how
+    many times the information the demonstrated capacity needs the state could hold.
+    """
+    if a is None:
+        a = theory.coefficient_a("linear", task)
+    if math.isinf(n_eff):
+        cap = math.inf
+    else:
+        cap = float(theory.capacity(d_model, n_eff, vocab_size, a, delta, form))
+    cap = max(cap, 0.0) + 0.0
+    fano = max(0.0, float(theory.fano_min_bits(cap, vocab_size, delta))) if math.isfinite(cap) else math.inf
+    bits = None if state_size is None else float(state_size) * float(state_bits)
+    ratio = None
+    if bits is not None and 0 < fano < math.inf:
+        ratio = bits / fano
+    return CapacityReport(delta, cap, fano, bits, ratio)

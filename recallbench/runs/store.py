@@ -1,0 +1,268 @@
+"""The result store: a directory of append-only JSON-lines files, one record per line.
+
+Layout of a store directory::
+
+    results.jsonl                     written by an unsharded sweep (and by ``--merge``)
+    results.shard-I-of-N.jsonl        written by shard I of N (``--shard I/N``)
+
+Every file has exactly one writer at a time (an advisory ``flock`` on the file; a second
+writer gets a one-line error), so independent shard workers may share a store directory,
+also on a shared filesystem.  A record is appended as one line and flushed to disk
+(``os.fsync``) as soon as its point finishes, so a crash loses at most the point that was
+running.  A crash in the middle of a write leaves a *torn* line: readers report it (a
+warning naming the file and line) and ignore it, and the next writer starts on a fresh
+line, so no finished record is lost.
+
+Reading a store merges all its files: one record per ``config_hash``, an ``ok`` record
+preferred over ``failed`` ones (the first ok record is kept; among failed ones the
+latest, whose reason is the most recent), and the number of duplicates is reported.
+Records are plain JSON (``recallbench.result/1``, see :mod:`recallbench.api.record`); nothing
+read from a store is executed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from recallbench.api.errors import ConfigError
+
+RESULTS = "results.jsonl"
+SHARD_RE = re.compile(r"^results\.shard-(\d+)-of-(\d+)\.jsonl$")
+
+
+class StoreWarning(UserWarning):
+    """Something in a store that was skipped: a torn line, an entry that is not a record."""
+
+
+def _default_warn(message: str) -> None:
+    warnings.warn(message, StoreWarning, stacklevel=3)
+
+
+def shard_file(shard: tuple[int, int] | None) -> str:
+    return RESULTS if shard is None else f"results.shard-{shard[0]}-of-{shard[1]}.jsonl"
+
+
+def store_files(path: str | Path) -> list[Path]:
+    """The record files of a store directory: results.jsonl first, then shards in order."""
+    path = Path(path)
+    files = []
+    if (path / RESULTS).is_file():
+        files.append(path / RESULTS)
+    shards = []
+    for p in path.iterdir() if path.is_dir() else ():
+        m = SHARD_RE.match(p.name)
+        if m and p.is_file():
+            shards.append(((int(m.group(2)), int(m.group(1))), p))
+    files += [p for _, p in sorted(shards)]
+    return files
+
+
+def is_store(path: str | Path) -> bool:
+    path = Path(path)
+    return path.is_dir() and bool(store_files(path))
+
+
+def read_lines(path: Path, warn: Callable[[str], None] = _default_warn) -> tuple[list[dict], list[int]]:
+    """The records of one JSON-lines file, and the numbers of the torn lines it skipped."""
+    data = path.read_bytes()
+    records, torn = [], []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            torn.append(number)
+            warn(f"{path}:{number}: ignoring a torn line (an unfinished record from an "
+                 "interrupted write)")
+            continue
+        if not isinstance(item, dict) or not isinstance(item.get("config_hash"), str):
+            warn(f"{path}:{number}: ignoring an entry that is not a result record")
+            continue
+        records.append(item)
+    return records, torn
+
+
+def merge_records(records: Iterable[dict]) -> tuple[list[dict], int]:
+    """One record per config_hash (first ok, else the latest failed), and the duplicates."""
+    kept: dict[str, dict] = {}
+    duplicates = 0
+    for rec in records:
+        h = rec["config_hash"]
+        old = kept.get(h)
+        if old is None:
+            kept[h] = rec
+            continue
+        duplicates += 1
+        if old.get("status") != "ok":
+            kept[h] = rec  # ok beats failed; a later failure replaces an earlier one
+    return list(kept.values()), duplicates
+
+
+@dataclasses.dataclass
+class StoreContents:
+    records: list[dict]  # one per config_hash, in first-seen order
+    files: list[Path]
+    read: int  # records read from all files, duplicates included
+    duplicates: int
+    torn: list[tuple[Path, int]]
+
+    @property
+    def by_hash(self) -> dict[str, dict]:
+        return {r["config_hash"]: r for r in self.records}
+
+    def hashes(self, status: str) -> set[str]:
+        return {r["config_hash"] for r in self.records if r.get("status") == status}
+
+
+def read_store(path: str | Path, warn: Callable[[str], None] = _default_warn) -> StoreContents:
+    """Read a store directory (all its files) or a single .jsonl file, merged."""
+    path = Path(path)
+    if path.is_dir():
+        files = store_files(path)
+    elif path.is_file():
+        files = [path]
+    elif path.exists():
+        raise ConfigError(f"store {path} is neither a directory nor a file")
+    else:
+        files = []
+    everything, torn = [], []
+    for f in files:
+        recs, bad = read_lines(f, warn)
+        everything += recs
+        torn += [(f, n) for n in bad]
+    merged, duplicates = merge_records(everything)
+    return StoreContents(merged, files, len(everything), duplicates, torn)
+
+
+class Store:
+    """A store directory and this process's file in it (one writer per file).
+
+    ``with Store(dir, shard) as store: store.append(record)``.
+    """
+
+    def __init__(self, path: str | Path, shard: tuple[int, int] | None = None):
+        self.path = Path(path)
+        self.shard = shard
+        self.file = self.path / shard_file(shard)
+        self._fd: int | None = None
+        self._fresh_line_checked = False
+
+    # -- reading ------------------------------------------------------------------
+    def read(self, warn: Callable[[str], None] = _default_warn) -> StoreContents:
+        return read_store(self.path, warn)
+
+    # -- writing ------------------------------------------------------------------
+    def open(self) -> "Store":
+        if self._fd is not None:
+            return self
+        if self.path.exists() and not self.path.is_dir():
+            raise ConfigError(f"--store {self.path} exists and is not a directory")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            new = not self.file.exists()
+            fd = os.open(self.file, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"cannot write store {self.file}: {exc.strerror}") from None
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # not POSIX: no lock, one writer per file is the user's to keep
+            pass
+        except OSError:
+            os.close(fd)
+            raise ConfigError(f"store file {self.file} is being written by another sweep; "
+                              "run parallel workers with --shard I/N") from None
+        self._fd = fd
+        if new:
+            _fsync_dir(self.path)
+        return self
+
+    def _ensure_fresh_line(self) -> None:
+        size = os.fstat(self._fd).st_size
+        if size and os.pread(self._fd, 1, size - 1) != b"\n":
+            _write_all(self._fd, b"\n")  # a torn tail stays on its own line, reported on read
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Append one record as a line, and make it durable before returning."""
+        if self._fd is None:
+            self.open()
+        if not self._fresh_line_checked:
+            self._ensure_fresh_line()
+            self._fresh_line_checked = True
+        line = json.dumps(record, sort_keys=False, separators=(",", ":"), default=str) + "\n"
+        _write_all(self._fd, line.encode("utf-8"))
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # releases the lock
+            self._fd = None
+            self._fresh_line_checked = False
+
+    def __enter__(self) -> "Store":
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def merge_stores(sources: Iterable[str | Path], dest: str | Path,
+                 warn: Callable[[str], None] = _default_warn) -> dict[str, int]:
+    """Append to ``dest``'s results.jsonl every record its sources add; returns counts.
+
+    A record is added when ``dest`` has no record of its config_hash, or only a failed
+    one and the source's is ok.  Sources are store directories or .jsonl files.
+    """
+    dest = Path(dest)
+    current = read_store(dest, warn).by_hash if dest.exists() else {}
+    counts = {"sources": 0, "read": 0, "added": 0, "already": 0, "duplicates": 0}
+    with Store(dest) as out:
+        for src in sources:
+            src = Path(src)
+            if not src.exists():
+                raise ConfigError(f"--merge {src} does not exist: expected a store directory "
+                                  "or a .jsonl file")
+            if src.resolve() == dest.resolve():
+                continue
+            contents = read_store(src, warn)
+            if src.is_dir() and not contents.files:
+                raise ConfigError(f"--merge {src} is a directory without results*.jsonl files")
+            counts["sources"] += 1
+            counts["read"] += contents.read
+            counts["duplicates"] += contents.duplicates
+            for rec in contents.records:
+                have = current.get(rec["config_hash"])
+                if have is not None and (have.get("status") == "ok" or rec.get("status") != "ok"):
+                    counts["already"] += 1
+                    continue
+                out.append(rec)
+                current[rec["config_hash"]] = rec
+                counts["added"] += 1
+    return counts

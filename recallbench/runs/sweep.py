@@ -1,0 +1,491 @@
+"""Sweep definitions: a base run config and axes to vary, expanded into grid points.
+
+A sweep file (YAML, read with ``yaml.safe_load``)::
+
+    base:                       # a run config: sections task, model, train
+      task: {name: mqar, vocab_size: 512, seq_len: 64, num_facts: 16}
+      model: {adapter: linear-mamba}
+      train: {max_steps: 1500}
+    axes:                       # dotted config keys → lists of values; the grid is their product
+      model.d_model: [4, 8, 16]
+      model.d_state: [2, 4, 8]
+      train.seed: [0, 1]
+    zip:                        # optional: axes varied together (equal lengths), one factor each
+      - [model.n_layers, model.d_state]
+    skip:                       # the paper's skip rules, both on by default
+      n_gt_d: true              #   d_state > d_model
+      seq_len_lt_4nf: true      #   MQAR with L < 4·N_f; repeated keys with L < 2·N_f·(N_k+1)
+    where:                      # optional filters, all must hold: KEY OP KEY|LITERAL
+      - model.d_state <= model.d_model
+      - model.adapter != designed
+      - any: [model.n_heads > 1, model.head_pattern == mva]   # at least one must hold
+
+Expansion order is deterministic: factors in the order their axes first appear, the last
+factor varying fastest (``itertools.product``).  Every point that survives the skip rules
+and filters is resolved through :func:`recallbench.api.config.resolve`, so a bad value fails
+before any work with one line naming the point's axis values.  Points are keyed by their
+``config_hash``; two points with the same hash (an axis over an unhashed key such as
+``train.threads``) are counted once.
+
+Filters are parsed by a tiny parser (a key, a comparison operator, a key or a literal);
+nothing in a sweep file is evaluated as code.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import operator
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from recallbench.api.config import DEFAULT_TASK, SECTIONS, ModelConfig, RunConfig, TrainConfig, load_yaml, resolve
+from recallbench.api.errors import ConfigError
+
+TOP_KEYS = ("base", "axes", "zip", "skip", "where", "name", "description")
+SKIP_RULES = ("n_gt_d", "seq_len_lt_4nf")
+OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
+    "<": operator.lt, ">": operator.gt,
+}
+_KEY = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+"
+_COND = re.compile(r"^\s*(\S+?)\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+# -- filters ----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Operand:
+    key: str | None = None  # a dotted config key, or
+    value: Any = None  # a literal (number, string, true/false/null)
+
+    def get(self, view: Mapping[str, Any]) -> Any:
+        return lookup(view, self.key) if self.key is not None else self.value
+
+    def __str__(self) -> str:
+        return self.key if self.key is not None else repr(self.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    """``left OP right``: parsed from text, evaluated on a config mapping."""
+
+    text: str
+    left: Operand
+    op: str
+    right: Operand
+
+    @classmethod
+    def parse(cls, text: Any, where: str = "where") -> "Condition":
+        if not isinstance(text, str):
+            raise ConfigError(f"{where}: {text!r} is not allowed: expected a string "
+                              "'KEY OP KEY|NUMBER', e.g. 'model.d_state <= model.d_model'")
+        m = _COND.match(text)
+        if not m:
+            raise ConfigError(f"{where}: {text!r} is not a comparison: expected 'KEY OP KEY|NUMBER' "
+                              f"with OP one of {' '.join(OPS)}, e.g. 'model.d_state <= model.d_model'")
+        left, op, right = _operand(m.group(1), text, where), m.group(2), _operand(m.group(3), text, where)
+        if left.key is None and right.key is None:
+            raise ConfigError(f"{where}: {text!r} compares two literals; one side must be a "
+                              "config key such as model.d_model")
+        return cls(text.strip(), left, op, right)
+
+    def holds(self, view: Mapping[str, Any]) -> bool:
+        a, b = self.left.get(view), self.right.get(view)
+        if self.op in ("==", "!="):
+            return OPS[self.op](a, b)
+        numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b))
+        if not (numeric or (isinstance(a, str) and isinstance(b, str))):
+            raise ConfigError(f"where {self.text!r}: cannot order {a!r} and {b!r} "
+                              f"({self.left} vs {self.right})")
+        return OPS[self.op](a, b)
+
+
+@dataclasses.dataclass(frozen=True)
+class AnyOf:
+    """``{any: [cond, ...]}`` in ``where``: holds when at least one of its conditions does."""
+
+    conditions: tuple[Condition, ...]
+
+    @property
+    def text(self) -> str:
+        return "any(" + "; ".join(c.text for c in self.conditions) + ")"
+
+    def holds(self, view: Mapping[str, Any]) -> bool:
+        return any(c.holds(view) for c in self.conditions)
+
+
+def parse_filter(item: Any, where: str) -> Condition | AnyOf:
+    """A ``where`` entry: a comparison string, or ``{any: [comparison, ...]}``."""
+    if isinstance(item, Mapping):
+        if set(item) != {"any"} or not isinstance(item["any"], list) or not item["any"]:
+            raise ConfigError(f"{where}: {dict(item)!r} is not allowed: a comparison string or "
+                              "{any: [comparison, ...]}")
+        return AnyOf(tuple(Condition.parse(t, f"{where}.any[{i}]") for i, t in enumerate(item["any"])))
+    return Condition.parse(item, where)
+
+
+def _operand(token: str, text: str, where: str) -> Operand:
+    if re.fullmatch(_KEY, token):
+        section = token.split(".", 1)[0]
+        if section not in SECTIONS:
+            raise ConfigError(f"{where}: {text!r}: {token!r} is not a config key "
+                              f"(sections: {', '.join(SECTIONS)})")
+        return Operand(key=token)
+    if _NUMBER.match(token):
+        num = float(token)
+        return Operand(value=int(num) if num.is_integer() and re.fullmatch(r"[+-]?\d+", token) else num)
+    low = token.lower()
+    if low in ("true", "false"):
+        return Operand(value=low == "true")
+    if low in ("null", "none"):
+        return Operand(value=None)
+    if len(token) >= 2 and token[0] == token[-1] and token[0] in "'\"":
+        return Operand(value=token[1:-1])
+    if re.fullmatch(r"[A-Za-z0-9_\-]+", token):
+        return Operand(value=token)  # a bare word, e.g. an adapter name
+    raise ConfigError(f"{where}: {text!r}: cannot read {token!r} (a config key, a number, "
+                      "true/false/null or a word)")
+
+
+_MISSING = object()
+
+
+def lookup(view: Mapping[str, Any], key: str) -> Any:
+    """The value at a dotted key of a nested mapping; ConfigError if there is no such key."""
+    node: Any = view
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if not isinstance(node, Mapping):
+            raise ConfigError(f"{key} is not a config key ({'.'.join(parts[:i])} is not a mapping)")
+        nxt = node.get(part, _MISSING)
+        if nxt is _MISSING:
+            if i >= 2:  # inside a free-form mapping such as model.options: absent = unset
+                return None
+            raise ConfigError(f"{key} is not a config key")
+        node = nxt
+    return node
+
+
+def set_key(raw: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = raw
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(f"axis {key}: {part} is not a mapping in the base config")
+        node = child
+    node[parts[-1]] = value
+
+
+# -- skip rules ---------------------------------------------------------------------------
+
+def skip_reason(view: Mapping[str, Any], rules: Mapping[str, bool]) -> str | None:
+    """The name of the first skip rule that drops this config (a resolved or defaulted view)."""
+    model, task = view.get("model", {}), view.get("task", {})
+    if rules.get("n_gt_d"):
+        n, d = model.get("d_state"), model.get("d_model")
+        if _num(n) and _num(d) and n > d:
+            return "n_gt_d"
+    if rules.get("seq_len_lt_4nf"):
+        L, nf, nk = task.get("seq_len"), task.get("num_facts"), task.get("num_key_repeats")
+        if _num(L) and _num(nf):
+            if task.get("name") == "mqar-repeated-keys" or _num(nk):
+                if L < 2 * nf * ((nk if _num(nk) else 1) + 1):
+                    return "seq_len_lt_4nf"
+            elif task.get("name") == "mqar" and L < 4 * nf:
+                return "seq_len_lt_4nf"
+    return None
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def with_defaults(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A raw config with unset keys filled by their defaults, without validation.
+
+    Used for the skip rules and filters of points that do not resolve (an MQAR cell with
+    L < 4·N_f is rejected by the task itself, so it must be skipped before resolving).
+    """
+    from recallbench.api.registry import TASKS
+
+    task = dict(raw.get("task") or {}) or dict(DEFAULT_TASK)
+    name = task.get("name", "mqar")
+    try:
+        cls = TASKS.get(name) if isinstance(name, str) else None
+    except ConfigError:
+        cls = None
+    defaults = {}
+    if cls is not None and dataclasses.is_dataclass(cls):
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                defaults[f.name] = f.default
+    task = {"name": name, **defaults, **{k: v for k, v in task.items() if k != "name"}}
+    model = {**dataclasses.asdict(ModelConfig()), **dict(raw.get("model") or {})}
+    train = {**dataclasses.asdict(TrainConfig()), **dict(raw.get("train") or {})}
+    return {"task": task, "model": model, "train": train}
+
+
+def _check_generic(raw: Mapping[str, Any]) -> None:
+    """The checks every config must pass, whatever its task or adapter allows.
+
+    A point that does not resolve may still be dropped by a skip rule (MQAR rejects
+    L < 4·N_f, the designed model N > D), but not when a value is wrong on its own: an
+    unknown key, a wrong type, an out-of-range model or train setting.
+    """
+    from recallbench.api.fields import from_mapping
+    from recallbench.api.registry import TASKS
+    from recallbench.api.task import Task
+
+    try:
+        model = from_mapping(ModelConfig, raw.get("model"), "model")
+        model.validate()
+        from_mapping(TrainConfig, raw.get("train"), "train").validate()
+        task_raw = dict(raw.get("task") or {}) or dict(DEFAULT_TASK)
+        cls = TASKS.get(task_raw.pop("name", "mqar"))
+        task = from_mapping(cls, task_raw, "task")
+        Task.validate(task)  # the base checks only (V even, N_f fits the key vocabulary)
+    except ConfigError:
+        raise
+    except Exception:  # a plugin's constructor doing more than storing fields: not ours to judge
+        return
+
+
+# -- points and sweeps ------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Point:
+    """One resolved grid point."""
+
+    cfg: RunConfig
+    axes: dict[str, Any]  # this point's value on every axis (dotted key → value)
+    index: int  # position in the expansion order
+
+    def __post_init__(self):
+        self.hash: str = self.cfg.hash()
+        self.config: dict[str, Any] = self.cfg.to_dict()  # canonical: resolve(config) == cfg
+
+    def label(self) -> str:
+        if not self.axes:
+            return "(base)"
+        return " ".join(f"{_short(k)}={_fmt(v)}" for k, v in self.axes.items())
+
+
+def _short(key: str) -> str:
+    return key.split(".", 1)[1] if key.count(".") >= 1 else key
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (dict, list)):
+        return str(v).replace(" ", "")
+    return str(v)
+
+
+@dataclasses.dataclass
+class Expansion:
+    points: list[Point]
+    grid_size: int  # cells of the full product, before skip rules and filters
+    skipped: Counter  # rule or filter text → cells dropped
+    duplicates: int  # cells whose config_hash equals an earlier cell's
+
+
+@dataclasses.dataclass
+class Sweep:
+    base: dict[str, Any]
+    axes: dict[str, list]
+    zip: list[list[str]]
+    skip: dict[str, bool]
+    where: list[Condition | AnyOf]
+    name: str = "sweep"
+    path: Path | None = None
+
+    # -- construction --------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], name: str = "sweep", path: Path | None = None) -> "Sweep":
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"sweep {name}: expected a mapping with base and axes")
+        for key in data:
+            if key not in TOP_KEYS:
+                raise ConfigError(f"sweep {name}: unknown key {key!r}; allowed: {', '.join(TOP_KEYS)}")
+        base = data.get("base") or {}
+        if not isinstance(base, Mapping):
+            raise ConfigError(f"sweep {name}: base must be a run config (sections task, model, train)")
+        for section, values in base.items():
+            if section not in SECTIONS:
+                raise ConfigError(f"sweep {name}: base: unknown section {section!r}; "
+                                  f"allowed: {', '.join(SECTIONS)}")
+            if values is not None and not isinstance(values, Mapping):
+                raise ConfigError(f"sweep {name}: base.{section} must be a mapping")
+        axes_raw = data.get("axes") or {}
+        if not isinstance(axes_raw, Mapping):
+            raise ConfigError(f"sweep {name}: axes must map dotted keys to lists of values")
+        axes: dict[str, list] = {}
+        for key, values in axes_raw.items():
+            if not isinstance(key, str) or not re.fullmatch(_KEY, key):
+                raise ConfigError(f"sweep {name}: axis {key!r} is not a dotted config key "
+                                  "such as model.d_model")
+            if key.split(".", 1)[0] not in SECTIONS:
+                raise ConfigError(f"sweep {name}: axis {key}: unknown section "
+                                  f"{key.split('.', 1)[0]!r}; allowed: {', '.join(SECTIONS)}")
+            if not isinstance(values, list) or not values:
+                raise ConfigError(f"sweep {name}: axis {key} = {values!r} is not allowed: "
+                                  "expected a non-empty list of values")
+            axes[key] = list(values)
+        zips_raw = data.get("zip") or []
+        if not isinstance(zips_raw, list) or not all(isinstance(g, list) for g in zips_raw):
+            raise ConfigError(f"sweep {name}: zip must be a list of lists of axis names, "
+                              "e.g. [[model.n_layers, model.d_state]]")
+        zips, seen = [], set()
+        for group in zips_raw:
+            if len(group) < 2:
+                raise ConfigError(f"sweep {name}: zip group {group} needs at least two axes")
+            for key in group:
+                if key not in axes:
+                    raise ConfigError(f"sweep {name}: zip names {key!r}, which is not an axis")
+                if key in seen:
+                    raise ConfigError(f"sweep {name}: axis {key} is in two zip groups")
+                seen.add(key)
+            lengths = {len(axes[k]) for k in group}
+            if len(lengths) > 1:
+                sizes = ", ".join(f"{k}: {len(axes[k])}" for k in group)
+                raise ConfigError(f"sweep {name}: zipped axes must have equal lengths ({sizes})")
+            zips.append(list(group))
+        skip_raw = data.get("skip", {})
+        if skip_raw is None or skip_raw is True:
+            skip_raw = {}
+        if skip_raw is False:
+            skip_raw = {r: False for r in SKIP_RULES}
+        if not isinstance(skip_raw, Mapping):
+            raise ConfigError(f"sweep {name}: skip must map rule names ({', '.join(SKIP_RULES)}) "
+                              "to true/false")
+        skip = {r: True for r in SKIP_RULES}
+        for rule, on in skip_raw.items():
+            if rule not in SKIP_RULES:
+                raise ConfigError(f"sweep {name}: unknown skip rule {rule!r}; "
+                                  f"known: {', '.join(SKIP_RULES)}")
+            if not isinstance(on, bool):
+                raise ConfigError(f"sweep {name}: skip.{rule} = {on!r} is not allowed: "
+                                  "expected true or false")
+            skip[rule] = on
+        where_raw = data.get("where") or []
+        if isinstance(where_raw, str):
+            where_raw = [where_raw]
+        if not isinstance(where_raw, list):
+            raise ConfigError(f"sweep {name}: where must be a list of comparisons")
+        where = [parse_filter(t, f"sweep {name}: where[{i}]") for i, t in enumerate(where_raw)]
+        base = {s: dict(v or {}) for s, v in base.items()}
+        return cls(base=base, axes=axes, zip=zips, skip=skip, where=where,
+                   name=str(data.get("name") or name), path=path)
+
+    # -- expansion -------------------------------------------------------------------
+    def factors(self) -> list[list[dict[str, Any]]]:
+        """One list of assignments (axis → value) per factor of the product, in order."""
+        zipped = {k: g for g in self.zip for k in g}
+        done: set[str] = set()
+        out = []
+        for key in self.axes:
+            if key in done:
+                continue
+            group = zipped.get(key, [key])
+            done.update(group)
+            out.append([dict(zip(group, values))
+                        for values in zip(*(self.axes[k] for k in group))])
+        return out
+
+    def cells(self) -> Iterable[dict[str, Any]]:
+        for combo in itertools.product(*self.factors()):
+            cell: dict[str, Any] = {}
+            for part in combo:
+                cell.update(part)
+            yield {k: cell[k] for k in self.axes}  # axis order, whatever the zip grouping
+
+    def raw_config(self, cell: Mapping[str, Any]) -> dict[str, Any]:
+        import copy
+
+        raw = copy.deepcopy(self.base)
+        for key, value in cell.items():
+            set_key(raw, key, copy.deepcopy(value))
+        return raw
+
+    def expand(self) -> Expansion:
+        points: list[Point] = []
+        skipped: Counter = Counter()
+        seen: set[str] = set()
+        duplicates = grid = 0
+        for cell in self.cells():
+            grid += 1
+            raw = self.raw_config(cell)
+            label = " ".join(f"{k}={_fmt(v)}" for k, v in cell.items()) or "(base)"
+            cfg, error = None, None
+            try:
+                cfg = resolve(raw)
+                view = cfg.to_dict()
+            except ConfigError as exc:
+                error = exc
+                try:
+                    _check_generic(raw)  # nonsense (D = -1, a typo) is an error, skipped or not
+                except ConfigError as bad:
+                    raise ConfigError(f"sweep {self.name}: point {label}: {bad}") from None
+                view = with_defaults(raw)
+            try:
+                reason = skip_reason(view, self.skip)
+                if reason is None:
+                    reason = next((c.text for c in self.where if not c.holds(view)), None)
+            except ConfigError as exc:
+                if error is not None:
+                    reason = None  # report the resolve error below, it is the cause
+                else:
+                    raise ConfigError(f"sweep {self.name}: point {label}: {exc}") from None
+            if reason is not None:
+                skipped[reason] += 1
+                continue
+            if error is not None:
+                raise ConfigError(f"sweep {self.name}: point {label}: {error}") from None
+            point = Point(cfg, dict(cell), len(points))
+            if point.hash in seen:
+                duplicates += 1
+                continue
+            seen.add(point.hash)
+            points.append(point)
+        return Expansion(points, grid, skipped, duplicates)
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    path = Path(path)
+    data = load_yaml(path)
+    return Sweep.from_dict(data, name=path.name, path=path)
+
+
+# -- sharding ---------------------------------------------------------------------------
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"i/n"`` → (i, n) with 0 <= i < n; None for None."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
+    if not m:
+        raise ConfigError(f"--shard {text!r} is not allowed: expected I/N, e.g. 0/4")
+    i, n = int(m.group(1)), int(m.group(2))
+    if n < 1 or not 0 <= i < n:
+        raise ConfigError(f"--shard {text!r} is not allowed: need 0 <= I < N")
+    return i, n
+
+
+def shard_points(points: list[Point], shard: tuple[int, int] | None) -> list[Point]:
+    """The points of shard (i, n): every n-th point in config_hash order, from the i-th.
+
+    Deterministic on every machine for the same sweep file, balanced to within one point,
+    and disjoint across shards; returned in expansion order.
+    """
+    if shard is None:
+        return list(points)
+    i, n = shard
+    mine = {p.hash for rank, p in enumerate(sorted(points, key=lambda p: p.hash)) if rank % n == i}
+    return [p for p in points if p.hash in mine]
