@@ -42,6 +42,14 @@ class Adapter:
     # the tied read-out's first logits O(1).
     embedding_std: ClassVar[float | None] = None
     head_patterns: ClassVar[tuple[str, ...]] = ("mva",)  # patterns it implements; [0] is its default
+    # -- what the core needs to know (declared here, never looked up by name in the core) --
+    #: the model kind of the recall law (``recallbench.law.theory.MODEL_KINDS``: "designed",
+    #: "linear", "full") when the config's D and N mean what the law's D and N mean; None
+    #: otherwise (no law curve, no collapse fit: a black box that still gets S_eff).
+    law_kind: ClassVar[str | None] = None
+    #: the distribution whose code runs the mixer (e.g. "mamba-ssm"), for provenance; None
+    #: when the mixer is written in the adapter's own package.
+    distribution: ClassVar[str | None] = None
 
     def __init__(self, cfg: ModelConfig):
         self.cfg = cfg

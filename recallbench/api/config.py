@@ -9,17 +9,15 @@ always has the same ``config_hash``.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
+from recallbench.api.canonical import EXECUTION_KEYS, SECTIONS, config_hash, set_dotted
 from recallbench.api.errors import ConfigError
 from recallbench.api.fields import check_range, fail, from_mapping
 
-SECTIONS = ("task", "model", "train")
 HEAD_PATTERNS = ("mha", "mqa", "mka", "mva")
 
 
@@ -121,21 +119,6 @@ class RunConfig:
         return config_hash(self.to_dict())
 
 
-# Keys that do not change what is measured, left out of the hash so that the same
-# experiment run with another thread count or progress bar is the same point.
-UNHASHED = {"train": {"threads", "progress", "device"}}
-
-
-def config_hash(config: Mapping[str, Any]) -> str:
-    """sha256 of the canonical JSON of a resolved config (execution-only keys dropped)."""
-    trimmed = {
-        section: {k: v for k, v in dict(values).items() if k not in UNHASHED.get(section, ())}
-        for section, values in config.items()
-    }
-    canonical = json.dumps(trimmed, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
 def parse_value(text: str) -> Any:
     """A ``--set`` value, read as YAML: ``3`` → 3, ``1e-3`` → 0.001, ``null`` → None."""
     try:
@@ -159,16 +142,10 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             parts = key.split(".")
             if not sep or len(parts) < 2 or not all(parts):
                 raise ConfigError(f"--set {pair!r}: expected section.key=value, e.g. model.d_state=8")
-            section = parts[0]
-            if section not in SECTIONS:
-                raise ConfigError(f"--set {pair!r}: unknown section {section!r}; "
+            if parts[0] not in SECTIONS:
+                raise ConfigError(f"--set {pair!r}: unknown section {parts[0]!r}; "
                                   f"allowed: {', '.join(SECTIONS)}")
-            node = raw.setdefault(section, {})
-            for p in parts[1:-1]:
-                node = node.setdefault(p, {})
-                if not isinstance(node, dict):
-                    raise ConfigError(f"--set {pair!r}: {p} is not a mapping")
-            node[parts[-1]] = parse_value(text)
+            set_dotted(raw, key, parse_value(text), what="--set")
     return raw
 
 

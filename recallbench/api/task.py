@@ -29,6 +29,20 @@ class Task:
 
     name: ClassVar[str] = "task"
     description: ClassVar[str] = ""
+    #: the law's task family (``recallbench.law.theory.TASK_FAMILIES``: "ar" or "mqar"),
+    #: which picks the coefficient a; None when the law does not describe the task.
+    law_family: ClassVar[str | None] = None
+
+    @classmethod
+    def infeasible(cls, params: Mapping[str, Any]) -> str | None:
+        """Why a sweep cell with these task parameters cannot be built, or None.
+
+        ``params`` is the task section with every unset field at its default, not yet
+        validated (values may have any type).  The answer names the sweep skip rule that
+        drops the cell (for example ``"seq_len_lt_4nf"``); sweeps skip such cells instead
+        of failing on them.
+        """
+        return None
 
     # -- construction -------------------------------------------------------
     @classmethod

@@ -56,7 +56,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import yaml
 
-from recallbench.api.config import SECTIONS, UNHASHED, config_hash
+from recallbench.api.canonical import EXECUTION_KEYS as UNHASHED
+from recallbench.api.config import SECTIONS, config_hash
 from recallbench.api.errors import ConfigError
 from recallbench.runs.store import Store, read_store
 

@@ -553,7 +553,7 @@ class RecallSession:
                   problems: list) -> dict | None:
         if self.baseline_path is None:
             return None
-        from recallbench.api.config import UNHASHED
+        from recallbench.api.canonical import EXECUTION_KEYS as UNHASHED
 
         path = self.baseline_arg
         if self.regen:
