@@ -61,6 +61,7 @@ class DesignedLayer(nn.Module):
 class Designed(Adapter):
     description = "fixed-weight hashed circuit of Thm 3.2 (exact circuit of Thm 3.1 at D = N = V)"
     library_class = "recallbench DesignedLayer"
+    law_kind = "designed"
     state_formula = "2 · D · N (one layer, evaluation only)"
     trainable = False
 

@@ -110,6 +110,8 @@ class FlaBlock(PreNormResidual):
 class FlaAdapter(Adapter):
     """Shared base: import, CPU swaps, block stacking, options, availability, state size."""
 
+    distribution = "flash-linear-attention"
+
     layer_module: ClassVar[str] = ""  # e.g. "fla.layers.gla"
     layer_name: ClassVar[str] = ""  # e.g. "GatedLinearAttention"
     cpu_references: ClassVar[tuple[str, ...]] = ()  # fla/ops/... files the CPU path needs

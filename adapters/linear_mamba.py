@@ -116,6 +116,7 @@ class Options:
 class LinearMamba(Adapter):
     description = "the paper's simplified linear Mamba (Alg. 1): no gate, A = I, parallel form"
     library_class = "recallbench LinearMambaLayer"
+    law_kind = "linear"
     state_formula = "Λ · expand · D · N  (MQA: Λ · expand · D · N / M)"
     head_patterns = ("mva", "mha", "mqa", "mka")
 

@@ -58,6 +58,8 @@ def init_like_mixer_model(blocks: nn.ModuleList, n_layers: int) -> None:
 class MambaSSMAdapter(Adapter):
     """What the mamba-ssm adapters share: availability, the final norm, the embedding init."""
 
+    distribution = "mamba-ssm"
+
     embedding_std = 0.02  # mamba-ssm's _init_weights
 
     @classmethod
@@ -79,6 +81,7 @@ class Options:
 class Mamba(MambaSSMAdapter):
     description = "mamba-ssm's Mamba (Mamba-1) blocks, pre-norm residual + final RMSNorm"
     library_class = "mamba_ssm.Mamba"
+    law_kind = "full"
     state_formula = "Λ · d_inner · N = Λ · expand · D · N"
     head_patterns = ("mva",)
 

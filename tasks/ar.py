@@ -25,6 +25,7 @@ class AR(Task):
     """Associative recall with one query at the end: L = 2·N_f + 1."""
 
     description = "single-query associative recall, L = 2*num_facts + 1"
+    law_family = "ar"
 
     vocab_size: int = 128
     num_facts: int = 16

@@ -31,6 +31,7 @@ class MQAR(Task):
     """Zoology's MQAR: N_f key-value pairs, then each key queried once."""
 
     description = "multi-query associative recall (Zoology), every key queried once"
+    law_family = "mqar"
 
     vocab_size: int = 128
     seq_len: int = 64

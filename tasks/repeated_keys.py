@@ -30,6 +30,7 @@ class RepeatedKeyMQAR(Task):
     """MQAR where each key is rebound N_k times; recall the most recent binding."""
 
     description = "MQAR with each key repeated num_key_repeats times; answer = latest value"
+    law_family = "mqar"
 
     vocab_size: int = 512
     seq_len: int = 128

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Callable, Generic, TypeVar
 
-from recallbench.api.errors import ConfigError
+from recallbench.api.errors import ConfigError, UnavailableError
 
 T = TypeVar("T")
 
@@ -60,6 +60,50 @@ class Registry(Generic[T]):
             return obj
 
         return decorate
+
+    def add(self, name: str, obj: T, *, origin: str = "third-party") -> T:
+        """Register ``obj`` under ``name`` at run time (tests, notebooks); undo with remove.
+
+        ``origin`` is the distribution credited in records and listings.  A name that is
+        already registered is a ValueError: remove it first.
+        """
+        self._scan()
+        if name in self._entries:
+            raise ValueError(f"{self.kind} {name!r} is already registered "
+                             f"(from {self._entries[name].origin})")
+        self._entries[name] = Entry(name, origin, obj=obj)
+        obj.name = name  # type: ignore[attr-defined]
+        return obj
+
+    def remove(self, name: str) -> None:
+        """Forget a name registered with :meth:`add` (built-ins and entry points come back
+        on the next scan); KeyError if it is not registered."""
+        self._scan()
+        if name not in self._entries:
+            raise KeyError(f"{self.kind} {name!r} is not registered")
+        del self._entries[name]
+
+    def origin(self, name: str) -> str:
+        """Where ``name`` comes from: "built-in" or the distribution that declares it."""
+        self._scan()
+        entry = self._entries.get(name)
+        if entry is None:
+            self.get(name)  # raises the one-line unknown-name error
+        return entry.origin  # type: ignore[union-attr]
+
+    def require(self, name: str, *, where: str = "") -> T:
+        """The plugin ``name`` if it can run here; UnavailableError with the reason if not.
+
+        The one availability check: the CLI, sweeps, leaderboards and the pytest plugin
+        all ask it, so every caller reports an unavailable plugin the same way.
+        """
+        obj = self.get(name)
+        check = getattr(obj, "availability", None)
+        ok, why = check() if callable(check) else (True, "")
+        if not ok:
+            prefix = f"{where}: " if where else ""
+            raise UnavailableError(f"{prefix}{self.kind} {name} cannot run here: {why}")
+        return obj
 
     # -- discovery ----------------------------------------------------------
     def _scan(self) -> None:
