@@ -1,0 +1,129 @@
+"""The layout is the architecture: these tests keep it readable.
+
+* the core (``recallbench/``) is grouped by role: few modules at its top, none too long;
+* the core names no plugin: no string literal in it is a task's or adapter's name, or a
+  library's, apart from the config's defaults and the law's own vocabulary (README.md,
+  "Architecture");
+* nothing in the repository cites a file that the repository does not hold.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from recallbench import ADAPTERS, TASKS
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = ROOT / "recallbench"
+MAX_LINES = 500
+MAX_TOP_MODULES = 12
+DEFAULTS_MODULE = CORE / "api" / "config.py"  # the config's defaults name one task and adapter
+
+
+def tracked(*patterns: str) -> list[Path]:
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
+                          *patterns], cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip("not a git checkout")
+    return [ROOT / line for line in out.stdout.splitlines() if (ROOT / line).is_file()]
+
+
+def core_modules() -> list[Path]:
+    return sorted(CORE.rglob("*.py"))
+
+
+def test_core_is_grouped_by_role():
+    top = [p.name for p in CORE.glob("*.py")]
+    assert len(top) <= MAX_TOP_MODULES, f"{len(top)} modules directly in recallbench/: {top}"
+    long = {str(p.relative_to(ROOT)): n for p in [*core_modules(), *ROOT.glob("tasks/**/*.py"),
+                                                  *ROOT.glob("adapters/**/*.py")]
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def _string_literals(tree: ast.AST):
+    """Every str constant that is not a docstring."""
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = getattr(node, "body", [])
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                docstrings.add(id(body[0].value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in docstrings:
+            yield node
+
+
+def plugin_words() -> set[str]:
+    """Names of the built-in plugins and of the libraries they wrap, less the law's own
+    words ("ar", "mqar", "designed" are task families and model kinds of the law as well
+    as plugin names: the law may say them)."""
+    from recallbench.law import theory
+
+    words = set(TASKS.names()) | set(ADAPTERS.names())
+    for name in ADAPTERS.names():
+        dist = getattr(ADAPTERS.get(name), "distribution", None)
+        if dist:
+            words.add(dist)
+    return words - set(theory.TASK_FAMILIES) - set(theory.MODEL_KINDS)
+
+
+def test_plugin_words_are_known():
+    """The check below is only as good as its word list: it must hold the built-ins."""
+    words = plugin_words()
+    assert {"mqar-repeated-keys", "linear-mamba", "mamba", "gla"} <= words
+    assert any("mamba" in w and "-" in w for w in words - set(ADAPTERS.names()))
+
+
+def test_core_names_no_plugin():
+    words = plugin_words()
+    library_modules = re.compile(r"^(mamba_ssm|fla)(\.|$)")
+    found = []
+    for path in core_modules():
+        tree = ast.parse(path.read_text())
+        for node in _string_literals(tree):
+            value = node.value.strip()
+            if path == DEFAULTS_MODULE and value in ("mqar", "linear-mamba"):
+                continue
+            if value in words or library_modules.match(value):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {value!r}")
+    assert not found, "the core names plugins:\n" + "\n".join(found)
+
+
+# -- citations ---------------------------------------------------------------------------
+
+TOP_DIRS = ("docs", "benchmarks", "sweeps", "tests", "recallbench", "tasks", "adapters",
+            "leaderboards", "examples")
+_PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*\.(?:md|py|yaml|sh|png|html))\b" % "|".join(TOP_DIRS))
+_DOC = re.compile(r"(?<![\w./-])([A-Z][A-Z_]+\.md)\b")
+_PLACEHOLDER = re.compile(r"(^|/)[A-Z][A-Z_]*(\.\w+)?(/|$)")  # docs/results/NAME/report.md
+
+
+def cited_paths(text: str) -> set[str]:
+    """Repository files a text names: paths under a top-level folder, and NAME.md files."""
+    out = {m.group(1) for m in _PATH.finditer(text) if not _PLACEHOLDER.search(m.group(1))}
+    out.update(m.group(1) for m in _DOC.finditer(text))
+    return out
+
+
+def test_cited_paths_finds_what_it_should():
+    text = ("see docs/theory.md, OTHER.md and `python benchmarks/bench_train.py`; not "
+            "docs/results/NAME/report.md, tests/my-baseline.json or docs/results/<study>/")
+    assert cited_paths(text) == {"docs/theory.md", "OTHER.md", "benchmarks/bench_train.py"}
+
+
+def test_nothing_cites_a_missing_file():
+    missing = []
+    for path in tracked("*.py", "*.md", "*.yaml", "*.cfg", "*.ini", "*.toml", "*.sh"):
+        if path == Path(__file__).resolve():
+            continue  # its examples are not citations
+        for cited in cited_paths(path.read_text(errors="replace")):
+            target = cited.rstrip(".")
+            if not (ROOT / target).exists() and not (path.parent / target).exists():
+                missing.append(f"{path.relative_to(ROOT)} cites {cited}")
+    assert not missing, "\n".join(sorted(missing))
