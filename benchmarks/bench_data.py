@@ -41,7 +41,8 @@ def reference_example(rng: random.Random, task) -> tuple[list[int], list[int]]:
     start = len(seq)
     seq += [rng.randrange(V) for _ in range(L - start)]
     labels = [IGNORE] * L
-    for k, gap in zip(keys, rng.sample(range((L - start) // 2), Nf)):
+    first_seen = list(dict.fromkeys(occurrences))  # keys are asked in this order
+    for k, gap in zip(first_seen, rng.sample(range((L - start) // 2), Nf)):
         seq[start + 2 * gap] = k
         labels[start + 2 * gap] = latest[k]
     return seq, labels

@@ -1,12 +1,14 @@
 """Single-query associative recall (AR): all N_f pairs, then one query.
 
-Example (``vocab_size=12, num_facts=2``, so L = 2·N_f + 1 = 5)::
+Example: ``sample(1, torch.Generator().manual_seed(1))`` with ``vocab_size=12,
+num_facts=2``, so L = 2·N_f + 1 = 5::
 
-    inputs:      2    8    4    7    4
-    targets:  -100 -100 -100 -100    7
+    inputs:      1    6    4    8    4
+    targets:  -100 -100 -100 -100    8
 
 Keys and values are drawn as in MQAR (distinct, from the two halves of the
-vocabulary); the queried key is uniform over the N_f context keys.
+vocabulary); the queried key is uniform over the N_f context keys.  The law describes
+it as the task family "ar" (docs/theory.md, 'The law').
 """
 from __future__ import annotations
 

@@ -1,28 +1,33 @@
 """Multi-query associative recall (MQAR), Zoology's generator, vectorized.
 
-Example (``vocab_size=12, num_facts=2, seq_len=16, random_non_queries=False``)::
+Example: ``sample(1, torch.Generator().manual_seed(5))`` with ``vocab_size=12,
+num_facts=2, seq_len=16, random_non_queries=False``::
 
                  k1   v1   k2   v2   query region (L - 2·N_f tokens, queries at even slots)
-    inputs:      2    8    4    7    0    0    4    0    0    0    0    0    2    0    0    0
-    targets:  -100 -100 -100 -100 -100 -100    7 -100 -100 -100 -100 -100    8 -100 -100 -100
+    inputs:      5   10    3    8    0    0    0    0    0    0    3    0    0    0    5    0
+    targets:  -100 -100 -100 -100 -100 -100 -100 -100 -100 -100    8 -100 -100 -100   10 -100
 
 Keys are distinct tokens from ``1 .. V/2-1``, values distinct tokens from
 ``V/2 .. V-1``.  Every key is queried exactly once, at slot ``2N_f + 2·gap`` where
-the gaps are drawn without replacement from ``range((L - 2N_f) // 2)`` with
-Zoology's power law ``p(gap) ∝ a·(gap+1)^(a-1)`` (``power_a = 1``: uniform, the
-paper's setting).  With ``random_non_queries`` every other position holds a
-random token of the whole vocabulary.  The label sits at the query key's own
-position: the model must emit the value as it reads the key.
+the gaps are drawn one after another without replacement from ``range((L - 2N_f) // 2)``
+with Zoology's power law ``p(gap) ∝ a·(gap+1)^(a-1)`` (``power_a = 1``: uniform, the
+paper's setting); as in Zoology the i-th context key takes the i-th gap drawn, so with
+``power_a < 1`` the keys given first tend to be asked first.  With
+``random_non_queries`` every other position holds a random token of the whole
+vocabulary.  The label sits at the query key's own position: the model must emit the
+value as it reads the key.
+
+The law describes it as the task family "mqar" (docs/theory.md, 'The law'); the
+queries ask for ``info_bits`` = N_f·log2(V/2) bits, the Fano bound's requirement
+(docs/theory.md, 'The Fano bound').
 """
 from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from recallbench.api.fields import check_range, fail
 from recallbench.api.registry import TASKS
-from recallbench.api.task import IGNORE, Task, distinct, fillers, query_slots
+from recallbench.api.task import Task, distinct, numbers, recall_sequences
 
 
 @TASKS.register("mqar")
@@ -46,20 +51,22 @@ class MQAR(Task):
         if not self.power_a > 0:
             fail("task.power_a", self.power_a, "must be > 0 (1.0 is uniform placement)")
 
+    @classmethod
+    def infeasible(cls, params):
+        got = numbers(params, ("seq_len", "num_facts"))
+        if got is not None and got[0] < 4 * got[1]:
+            return "seq_len_lt_4nf"
+        return None
+
     @property
     def num_queries(self) -> int:
         return self.num_facts
 
     def sample(self, batch_size, generator=None, device=None):
-        B, Nf, L, V = batch_size, self.num_facts, self.seq_len, self.vocab_size
+        B, Nf, V = batch_size, self.num_facts, self.vocab_size
         keys = distinct(B, Nf, self.num_keys, generator, device) + 1
         values = distinct(B, Nf, self.num_values, generator, device) + V // 2
-        gaps = query_slots(B, Nf, (L - 2 * Nf) // 2, self.power_a, generator, device)
-        inputs = fillers(B, L, V, self.random_non_queries, generator, device)
-        inputs[:, 0:2 * Nf:2] = keys
-        inputs[:, 1:2 * Nf:2] = values
-        qpos = 2 * Nf + 2 * gaps
-        inputs.scatter_(1, qpos, keys)
-        targets = torch.full((B, L), IGNORE, dtype=torch.long, device=device)
-        targets.scatter_(1, qpos, values)
-        return inputs, targets
+        return recall_sequences((keys, values), (keys, values), seq_len=self.seq_len,
+                                vocab_size=V, power_a=self.power_a,
+                                random_non_queries=self.random_non_queries,
+                                generator=generator, device=device)

@@ -1,17 +1,22 @@
 """MQAR with repeated keys: every key appears N_k times, the answer is its latest value.
 
-Example (``vocab_size=12, num_facts=2, num_key_repeats=2, seq_len=12,
-random_non_queries=False``)::
+Example: ``sample(1, torch.Generator().manual_seed(1))`` with ``vocab_size=12,
+num_facts=2, num_key_repeats=2, seq_len=16, random_non_queries=False``::
 
-                 k1   va   k2   vb   k1   vc   k2   vd   query region
-    inputs:      2    8    4    7    2    9    4   10    4    0    2    0
-    targets:  -100 -100 -100 -100 -100 -100 -100 -100   10 -100    9 -100
+                 k1   va   k2   vb   k2   vc   k1   vd   query region
+    inputs:      1    9    4    7    4    8    1   11    0    0    4    0    0    0    1    0
+    targets:  -100 -100 -100 -100 -100 -100 -100 -100 -100 -100    8 -100 -100 -100   11 -100
 
 The N_f · N_k occurrences come in a fresh random order, each with a fresh value
 (all values in a sequence distinct, from ``V/2 .. V-1``).  Each key is then
-queried once, placed like MQAR's queries; its label is the value of its last
-occurrence.  Earlier occurrences are never labelled.  Needs
-``2·N_f·(N_k + 1) <= L``.  With ``num_key_repeats = 1`` this is MQAR.
+queried once, placed like MQAR's queries with the keys in order of first occurrence
+(the i-th key to appear takes the i-th gap drawn); its label is the value of its last
+occurrence.  Earlier occurrences are never labelled.  Needs ``2·N_f·(N_k + 1) <= L``.
+With ``num_key_repeats = 1`` this is MQAR: the same distribution for every ``power_a``.
+
+The law describes it as the task family "mqar" (docs/theory.md, 'The law'): only the
+latest binding of each key must be kept, N_f·log2(V/2) bits (docs/theory.md,
+'The Fano bound').
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ import torch
 
 from recallbench.api.fields import check_range, fail
 from recallbench.api.registry import TASKS
-from recallbench.api.task import IGNORE, Task, distinct, fillers, query_slots
+from recallbench.api.task import Task, distinct, numbers, recall_sequences
 
 
 @TASKS.register("mqar-repeated-keys")
@@ -50,31 +55,34 @@ class RepeatedKeyMQAR(Task):
         if not self.power_a > 0:
             fail("task.power_a", self.power_a, "must be > 0 (1.0 is uniform placement)")
 
+    @classmethod
+    def infeasible(cls, params):
+        got = numbers(params, ("seq_len", "num_facts", "num_key_repeats"))
+        if got is not None and got[0] < 2 * got[1] * (got[2] + 1):
+            return "seq_len_lt_4nf"
+        return None
+
     @property
     def num_queries(self) -> int:
         return self.num_facts
 
     def sample(self, batch_size, generator=None, device=None):
-        B, Nf, Nk, L, V = (batch_size, self.num_facts, self.num_key_repeats, self.seq_len,
-                           self.vocab_size)
+        B, Nf, Nk, V = batch_size, self.num_facts, self.num_key_repeats, self.vocab_size
         M = Nf * Nk
         keys = distinct(B, Nf, self.num_keys, generator, device) + 1
-        # order[b, j] = which occurrence sits at context pair j; occurrence o belongs to key o // Nk
-        order = torch.rand(B, M, generator=generator, device=device).argsort(dim=1)
-        pair_key = keys.gather(1, order // Nk)
+        # owner[b, j] = which key sits at context pair j: each of the N_f keys N_k times
+        owner = torch.rand(B, M, generator=generator, device=device).argsort(dim=1) // Nk
         pair_value = distinct(B, M, self.num_values, generator, device) + V // 2
-        # the last context pair holding each key: a scatter-max of pair indices by key
+        # each key's first and last context pair: a scatter-min / -max of pair indices
         pair = torch.arange(M, device=device).expand(B, M)
+        first = torch.full((B, Nf), M, dtype=torch.long, device=device).scatter_reduce(
+            1, owner, pair, reduce="amin")
         last = torch.zeros(B, Nf, dtype=torch.long, device=device).scatter_reduce(
-            1, order // Nk, pair, reduce="amax")  # (B, Nf)
-        latest = pair_value.gather(1, last)
-
-        inputs = fillers(B, L, V, self.random_non_queries, generator, device)
-        inputs[:, 0:2 * M:2] = pair_key
-        inputs[:, 1:2 * M:2] = pair_value
-        gaps = query_slots(B, Nf, (L - 2 * M) // 2, self.power_a, generator, device)
-        qpos = 2 * M + 2 * gaps
-        inputs.scatter_(1, qpos, keys)
-        targets = torch.full((B, L), IGNORE, dtype=torch.long, device=device)
-        targets.scatter_(1, qpos, latest)
-        return inputs, targets
+            1, owner, pair, reduce="amax")
+        by_first = first.argsort(dim=1)  # the keys in order of first occurrence, as MQAR asks
+        latest = pair_value.gather(1, last.gather(1, by_first))
+        return recall_sequences((keys.gather(1, owner), pair_value),
+                                (keys.gather(1, by_first), latest), seq_len=self.seq_len,
+                                vocab_size=V, power_a=self.power_a,
+                                random_non_queries=self.random_non_queries,
+                                generator=generator, device=device)

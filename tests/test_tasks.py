@@ -1,8 +1,12 @@
 """Statistics of the generated data, over many sampled batches, and the errors on bad input."""
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
+import sys
 
+import numpy as np
 import pytest
 import torch
 from scipy import stats
@@ -72,8 +76,6 @@ def test_mqar_query_placement_follows_power_law(power_a):
     space = (L - 2 * Nf) // 2
     observed = torch.bincount(gaps, minlength=space).double()
     # expected inclusion frequency: simulate numpy's sequential sampler exactly
-    import numpy as np
-
     rng = np.random.default_rng(0)
     p = power_a * np.arange(1, space + 1) ** (power_a - 1)
     p /= p.sum()
@@ -132,6 +134,133 @@ def test_repeated_keys_order_is_random():
     # position of the second occurrence of the first pair's key is spread over the context
     second = torch.stack([(x[b, 2:40:2] == first_key[b]).nonzero()[0, 0] for b in range(2000)])
     assert len(torch.unique(second)) > 10
+
+
+# -- query order: keys are asked in order of first occurrence, as Zoology's MQAR does ------
+
+def gaps_by_first_occurrence(x, y, n_pairs, n_facts):
+    """(B, N_f) the query gap of each key, keys in order of first occurrence in the context."""
+    B = x.shape[0]
+    pair_keys = x[:, 0:2 * n_pairs:2]
+    first = torch.full((B, int(x.max()) + 1), n_pairs).scatter_reduce(
+        1, pair_keys, torch.arange(n_pairs).expand_as(pair_keys), reduce="amin")
+    asked = y[:, 2 * n_pairs:] != IGNORE
+    gaps = (asked.nonzero()[:, 1] // 2).view(B, n_facts)  # nonzero() lists rows in order
+    queried = x[:, 2 * n_pairs:][asked].view(B, n_facts)
+    return gaps.gather(1, first.gather(1, queried).argsort(dim=1))
+
+
+def two_sample_p(a, b, bins):
+    """p-value of a chi-square test that integer samples a, b in range(bins) share a law."""
+    table = np.stack([np.bincount(a.flatten().numpy(), minlength=bins),
+                      np.bincount(b.flatten().numpy(), minlength=bins)])
+    return stats.chi2_contingency(table[:, table.sum(0) >= 10]).pvalue
+
+
+@pytest.mark.parametrize("name,params", [
+    ("mqar", {}), ("mqar-repeated-keys", {"num_key_repeats": 1}),
+    ("mqar-repeated-keys", {"num_key_repeats": 2, "seq_len": 96})])
+@pytest.mark.parametrize("power_a", [0.01, 0.3])
+def test_first_key_is_asked_at_zoologys_first_draw(name, params, power_a):
+    """The first context key's query gap follows the first draw of Zoology's sequential
+    sampler, p(gap) ∝ (gap+1)^(a-1): at a = 0.01, slot 0 with probability ≈ 0.29."""
+    Nf = 16
+    task = make(name, **{"vocab_size": 128, "seq_len": 64, "num_facts": Nf, "power_a": power_a,
+                         **params})
+    M = Nf * task.params().get("num_key_repeats", 1)
+    x, y = task.sample(20000, gen(5))
+    first = gaps_by_first_occurrence(x, y, M, Nf)[:, 0]
+    space = (task.seq_len - 2 * M) // 2
+    p = np.arange(1, space + 1) ** (power_a - 1.0)
+    observed = np.bincount(first.numpy(), minlength=space)
+    assert stats.chisquare(observed, 20000 * p / p.sum()).pvalue > 1e-4
+
+
+@pytest.mark.parametrize("power_a", [0.01, 0.3, 1.0])
+def test_repeated_keys_with_one_repeat_is_mqar(power_a):
+    """N_k = 1 draws MQAR's distribution: where each context key is asked, and where queries sit."""
+    V, L, Nf = 128, 64, 16
+    mqar = make("mqar", vocab_size=V, seq_len=L, num_facts=Nf, power_a=power_a)
+    rep = make("mqar-repeated-keys", vocab_size=V, seq_len=L, num_facts=Nf, num_key_repeats=1,
+               power_a=power_a)
+    (xm, ym), (xr, yr) = mqar.sample(20000, gen(1)), rep.sample(20000, gen(2))
+    space = (L - 2 * Nf) // 2
+    gm, gr = gaps_by_first_occurrence(xm, ym, Nf, Nf), gaps_by_first_occurrence(xr, yr, Nf, Nf)
+    assert two_sample_p(gm[:, 0], gr[:, 0], space) > 1e-4, "first key's query slot"
+    assert two_sample_p((ym != IGNORE).nonzero()[:, 1], (yr != IGNORE).nonzero()[:, 1], L) > 1e-4
+    rank = torch.arange(Nf) * space  # the joint law of (context rank, query gap)
+    assert two_sample_p(gm + rank, gr + rank, Nf * space) > 1e-4, "(key rank, gap)"
+
+
+def test_repeated_keys_ask_in_first_occurrence_order():
+    """With N_k = 2 the i-th key to appear is asked like MQAR's i-th key (same query region)."""
+    Nf, space = 8, 16
+    mqar = make("mqar", vocab_size=128, seq_len=2 * Nf + 2 * space, num_facts=Nf, power_a=0.3)
+    rep = make("mqar-repeated-keys", vocab_size=128, seq_len=4 * Nf + 2 * space, num_facts=Nf,
+               num_key_repeats=2, power_a=0.3)
+    (xm, ym), (xr, yr) = mqar.sample(20000, gen(1)), rep.sample(20000, gen(2))
+    rank = torch.arange(Nf) * space
+    gm = gaps_by_first_occurrence(xm, ym, Nf, Nf) + rank
+    gr = gaps_by_first_occurrence(xr, yr, 2 * Nf, Nf) + rank
+    assert two_sample_p(gm, gr, Nf * space) > 1e-4
+
+
+# -- the worked examples in the task docstrings are real samples --------------------------
+
+@pytest.mark.parametrize("name,params,seed", [
+    ("mqar", dict(vocab_size=12, num_facts=2, seq_len=16, random_non_queries=False), 5),
+    ("mqar-repeated-keys", dict(vocab_size=12, num_facts=2, num_key_repeats=2, seq_len=16,
+                                random_non_queries=False), 1),
+    ("ar", dict(vocab_size=12, num_facts=2), 1),
+])
+def test_docstring_example_is_a_sample(name, params, seed):
+    doc = sys.modules[TASKS.get(name).__module__].__doc__
+    assert f"manual_seed({seed})" in doc
+    assert all(f"{k}={v}" in " ".join(doc.split()) for k, v in params.items())
+    rows = {m[1]: [int(t) for t in m[2].split()]
+            for m in re.finditer(r"^\s*(inputs|targets):(.*)$", doc, re.M)}
+    x, y = make(name, **params).sample(1, gen(seed))
+    assert rows == {"inputs": x[0].tolist(), "targets": y[0].tolist()}
+
+
+# -- infeasible sweep cells ---------------------------------------------------------------
+
+def defaulted(name, **params):
+    """A task section the way sweeps hand it to ``infeasible``: defaults filled, unvalidated."""
+    return {**dataclasses.asdict(TASKS.get(name)()), **params}
+
+
+@pytest.mark.parametrize("name", ["mqar", "mqar-repeated-keys"])
+def test_infeasible_agrees_with_validation(name):
+    """A cell is declared infeasible exactly when building it fails on seq_len."""
+    repeats = [{"num_key_repeats": k} for k in (1, 2, 3)] if name != "mqar" else [{}]
+    for L in range(8, 100, 3):
+        for Nf in (1, 2, 5, 8, 13):
+            for extra in repeats:
+                params = {"vocab_size": 1024, "seq_len": L, "num_facts": Nf, **extra}
+                try:
+                    make(name, **params)
+                    refused = False
+                except ConfigError as err:
+                    assert str(err).startswith("task.seq_len"), str(err)
+                    refused = True
+                reason = TASKS.get(name).infeasible(defaulted(name, **params))
+                assert reason == ("seq_len_lt_4nf" if refused else None), params
+
+
+@pytest.mark.parametrize("name,params", [
+    ("mqar", {"seq_len": "long"}), ("mqar", {"num_facts": None}), ("mqar", {"seq_len": True}),
+    ("mqar-repeated-keys", {"num_key_repeats": "2"}), ("mqar-repeated-keys", {"seq_len": [8]}),
+    ("ar", {"num_facts": 64, "seq_len": 3}),
+])
+def test_infeasible_leaves_bad_values_to_validation(name, params):
+    assert TASKS.get(name).infeasible(defaulted(name, **params)) is None
+
+
+def test_infeasible_reads_the_defaults():
+    assert TASKS.get("mqar").infeasible(defaulted("mqar", num_facts=17)) == "seq_len_lt_4nf"
+    cell = defaulted("mqar-repeated-keys", num_facts=22)  # L = 128 < 2·22·3
+    assert TASKS.get("mqar-repeated-keys").infeasible(cell) == "seq_len_lt_4nf"
 
 
 @pytest.mark.parametrize("name", ["mqar", "ar", "mqar-repeated-keys"])

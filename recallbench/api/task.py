@@ -1,4 +1,4 @@
-"""The task contract: what every recall task plugin provides.
+"""The task contract: what every recall task plugin provides, and the sampling pieces they share.
 
 A task is a dataclass of its parameters (named after the paper's symbols, see
 the glossary in README.md), validated when it is built, with a vectorized
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 
@@ -152,3 +152,41 @@ def fillers(batch: int, length: int, vocab_size: int, random_non_queries: bool, 
     if random_non_queries:
         return torch.randint(vocab_size, (batch, length), generator=generator, device=device)
     return torch.zeros(batch, length, dtype=torch.long, device=device)
+
+
+def recall_sequences(context: tuple[torch.Tensor, torch.Tensor],
+                     asked: tuple[torch.Tensor, torch.Tensor], *, seq_len: int, vocab_size: int,
+                     power_a: float, random_non_queries: bool, generator,
+                     device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, targets), each (B, L): context pairs, then each asked key queried once.
+
+    ``context`` = (keys, values), each (B, M): written as pairs at slots 0 .. 2M-1.
+    ``asked`` = (keys, answers), each (B, N_q): the keys to query, **in order of their first
+    occurrence in the context**, and their labels.  The query region has
+    ``(L - 2M) // 2`` even slots; the i-th asked key goes to the i-th gap that
+    :func:`query_slots` draws, as Zoology pairs its i-th context key with its i-th drawn
+    gap, so with ``power_a < 1`` the keys seen first tend to be asked first.  The label
+    sits at the query key's own position; every other position holds a filler.
+    """
+    keys, values = context
+    query_keys, answers = asked
+    B, M = keys.shape
+    gaps = query_slots(B, query_keys.shape[1], (seq_len - 2 * M) // 2, power_a, generator,
+                       device)
+    inputs = fillers(B, seq_len, vocab_size, random_non_queries, generator, device)
+    inputs[:, 0:2 * M:2] = keys
+    inputs[:, 1:2 * M:2] = values
+    qpos = 2 * M + 2 * gaps
+    inputs.scatter_(1, qpos, query_keys)
+    targets = torch.full((B, seq_len), IGNORE, dtype=torch.long, device=device)
+    targets.scatter_(1, qpos, answers)
+    return inputs, targets
+
+
+def numbers(params: Mapping[str, Any], names: Sequence[str]) -> tuple | None:
+    """The values of ``names`` in ``params`` if every one is a number (bools are not), else
+    None: :meth:`Task.infeasible` sees unvalidated values and leaves bad ones to validate."""
+    values = tuple(params.get(name) for name in names)
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return values
+    return None
