@@ -121,11 +121,12 @@ def command(args) -> int:
     if not args.store:
         raise ConfigError("sweep needs --store DIR (where results go), or --dry-run")
     if args.ensemble:
-        from recallbench.runs.executors import load_ensemble
+        from recallbench.runs.grid_sweep import load_ensemble
 
         load_ensemble()  # a clear error now, not after the store is opened
     _check_available(points, args.executor)
-    from recallbench.runs.executors import make_executor, run_sweep
+    from recallbench.runs.executors import make_executor
+    from recallbench.runs.grid_sweep import run_sweep
 
     if args.adaptive:
         from recallbench.runs.adaptive_sweep import candidates
@@ -184,10 +185,7 @@ def _check_available(points, executor: str) -> None:
     """
     if executor == "ray":
         return
-    from recallbench.api.errors import UnavailableError
     from recallbench.api.registry import ADAPTERS
 
     for name in sorted({p.cfg.model.adapter for p in points}):
-        ok, why = ADAPTERS.get(name).availability()
-        if not ok:
-            raise UnavailableError(f"adapter {name} cannot run here: {why}")
+        ADAPTERS.require(name)

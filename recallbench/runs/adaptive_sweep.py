@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from pathlib import Path
 from typing import Any, Callable
 
+from recallbench.api.canonical import plain
 from recallbench.api.errors import ConfigError
-from recallbench.api.record import failed_record
-from recallbench.law.scorer import _jsonable, best_run  # _jsonable: numpy to Python, inf and nan to null
+from recallbench.law.scorer import best_run
+from recallbench.runs.driver import Tally, drive
 
 SEARCH_AXES = ("model.d_model", "model.d_state")
 SEED_AXIS = "train.seed"
@@ -77,38 +77,25 @@ def run_adaptive(points: list, store, executor, *, tol: float = 0.10, max_runs: 
          f"{served} of these runs done [{executor.name}"
          + (f" x{executor.parallel}" if executor.parallel > 1 else "") + "]")
     counts = {"ran": 0, "served": 0, "failed": 0}
-    start = time.perf_counter()
+    tally = Tally()
+
+    def show(p, rec: dict, tally: Tally) -> None:
+        stored[p.hash] = rec
+        what = (f"accuracy {rec.get('accuracy', math.nan):.4f}" if rec.get("status") == "ok"
+                else f"FAILED: {rec.get('error')}")
+        echo(f"  ran {p.label()}: {what} ({tally.elapsed:.0f} s)")
 
     def run_batch(configs: list[dict]) -> list[dict]:
         chosen = [cells[(int(c["model"]["d_model"]), int(c["model"]["d_state"]))] for c in configs]
-        got: dict[str, dict] = {}
         items = []  # per cell, its seeds not in the store: one item (an ensemble if enabled)
         for ps in chosen:
-            todo = []
-            for p in ps:
-                rec = stored.get(p.hash)
-                if rec is not None and rec.get("status") == "ok":
-                    got[p.hash] = rec
-                    counts["served"] += 1
-                else:
-                    todo.append(p)
+            todo = [p for p in ps if stored.get(p.hash, {}).get("status") != "ok"]
+            counts["served"] += len(ps) - len(todo)
             if todo:
                 items.append(todo)
-        for i, result in executor.run([[p.config for p in item] for item in items]):
-            item = items[i]
-            if isinstance(result, BaseException):
-                result = [failed_record(p.cfg, f"worker failed: {type(result).__name__}: "
-                                               f"{result}") for p in item]
-            for p, rec in zip(item, result):
-                store.append(rec)
-                stored[p.hash] = got[p.hash] = rec
-                counts["ran"] += 1
-                ok = rec.get("status") == "ok"
-                counts["failed"] += not ok
-                what = (f"accuracy {rec.get('accuracy', math.nan):.4f}" if ok
-                        else f"FAILED: {rec.get('error')}")
-                echo(f"  ran {p.label()}: {what} ({time.perf_counter() - start:.0f} s)")
-        return [best_of_seeds([got[p.hash] for p in ps]) for ps in chosen]
+        drive(items, executor, store, show, tally)
+        counts.update(ran=tally.ran, failed=tally.failed)
+        return [best_of_seeds([stored[p.hash] for p in ps]) for ps in chosen]
 
     def on_round(h: dict) -> None:
         hw = h["half_width"]
@@ -125,7 +112,7 @@ def run_adaptive(points: list, store, executor, *, tol: float = 0.10, max_runs: 
                    failed=counts["failed"], cells=[list(c) for c in out["cells"]])
     path = Path(store.path) / "adaptive.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_jsonable(summary), indent=1, allow_nan=False) + "\n")
+    tmp.write_text(json.dumps(plain(summary), indent=1, allow_nan=False) + "\n")
     os.replace(tmp, path)
     hw = out["half_width"]
     echo(f"adaptive search stopped ({out['stopped']}) after {out['runs']} of {len(cells)} cells "

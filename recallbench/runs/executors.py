@@ -1,9 +1,10 @@
-"""Where a sweep's points run, and the driver that writes their results.
+"""Where a sweep's points run.
 
 Three executors share one interface, ``run(items) -> iterator of (index, result)``, yielding
 each work item as it completes (``result`` is the list of its records, or the exception
 that killed its worker).  A work item is a list of configs: one point, or with
-``--ensemble K`` up to K points of the same ``shape_key`` trained as one batched model.
+``--ensemble K`` up to K points of the same ``shape_key`` trained as one batched model;
+each worker runs it with :func:`recallbench.runs.worker.run_configs`.
 
 * ``inprocess`` (default): one point after another in this process.
 * ``processes``: ``--workers K`` local worker processes (``ProcessPoolExecutor``, spawn
@@ -13,96 +14,38 @@ that killed its worker).  A work item is a list of configs: one point, or with
 
 An executor's workers (the process pool, the local Ray instance) start on the first
 ``run`` and are kept for the next one (an adaptive search calls it once a round) until
-``close()``.  Only the driver (:func:`run_sweep`) writes the store, one record as each
-item finishes.
+``close()``.  Only the driver (:func:`recallbench.runs.driver.drive`) writes the store, one
+record as each item finishes.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
 import os
-import sys
-import time
 from typing import Any, Callable, Iterator
 
 from recallbench.api.errors import ConfigError, UnavailableError
+from recallbench.runs.worker import THREAD_ENV, reason, run_configs, set_threads
 
 EXECUTORS = ("inprocess", "processes", "ray")
-THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-# -- what runs in a worker ---------------------------------------------------------------
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    line = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-    return line[:500]
-
-
-def set_threads(threads: int | None) -> None:
-    """Torch threads of this process (workers call it once at start)."""
-    if not threads:
-        return
-    for var in THREAD_ENV:
-        os.environ[var] = str(threads)
-    import torch
-
-    torch.set_num_threads(threads)
-    try:
-        torch.set_num_interop_threads(threads)
-    except RuntimeError:  # only allowed before any parallel work; harmless to skip
-        pass
-
-
-def run_configs(configs: list[dict], threads: int | None = None, ensemble: bool = False
-                ) -> list[dict]:
-    """Run one work item; never raises for a failing point: it returns a failed record.
-
-    ``configs`` are canonical config dicts (``RunConfig.to_dict()``), resolved here again.
-    """
-    from recallbench.api.config import resolve
-    from recallbench.api.record import failed_record
-
-    cfgs = []
-    for raw in configs:
-        cfg = resolve(raw)
-        cfg.train.progress = False
-        if threads:
-            cfg.train.threads = threads  # not hashed: the point keeps its config_hash
-        cfgs.append(cfg)
-    if ensemble:
-        from recallbench.harness.ensemble import run_ensemble
-
-        try:
-            records = run_ensemble(cfgs, progress=False)
-            if len(records) != len(cfgs):
-                raise RuntimeError(f"run_ensemble returned {len(records)} records "
-                                   f"for {len(cfgs)} configs")
-            return list(records)
-        except Exception as exc:  # the whole batch failed: every member is recorded failed
-            return [failed_record(cfg, f"ensemble of {len(cfgs)}: {_reason(exc)}") for cfg in cfgs]
-    from recallbench.harness.train import run
-
-    records = []
-    for cfg in cfgs:
-        try:
-            records.append(run(cfg, progress=False))
-        except Exception as exc:  # DivergedError, UnavailableError, a plugin's bug, ...
-            records.append(failed_record(cfg, _reason(exc)))
-    return records
 
 
 # -- executors ---------------------------------------------------------------------------
 
 class InProcess:
+    """One item after another in this process.  ``runner`` and ``reraise``: see
+    :func:`recallbench.runs.worker.run_configs` (a leaderboard run passes its own)."""
+
     name = "inprocess"
 
-    def __init__(self, threads: int | None = None, ensemble: bool = False):
+    def __init__(self, threads: int | None = None, ensemble: bool = False,
+                 runner: Callable | None = None, reraise: tuple[type[Exception], ...] = ()):
         self.threads, self.ensemble = threads, ensemble
+        self.runner, self.reraise = runner, reraise
         self.parallel = 1
 
     def run(self, items: list[list[dict]]) -> Iterator[tuple[int, Any]]:
         for i, item in enumerate(items):
-            yield i, run_configs(item, self.threads, self.ensemble)
+            yield i, run_configs(item, self.threads, self.ensemble, self.runner, self.reraise)
 
     def close(self) -> None:
         pass
@@ -198,7 +141,7 @@ def _check_reachable(address: str) -> None:
                                  timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
         raise UnavailableError(f"--address {address!r}: nothing answers there "
-                               f"({_reason(exc)}); start the cluster (ray start --head) or "
+                               f"({reason(exc)}); start the cluster (ray start --head) or "
                                f"leave out --address to run on a local one") from None
 
 
@@ -226,7 +169,7 @@ class Ray:
                     ray.init(address=address, **kwargs)
                 except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
                     raise UnavailableError(f"--address {address!r}: no Ray cluster could be "
-                                           f"reached there ({_reason(exc)})") from None
+                                           f"reached there ({reason(exc)})") from None
             else:
                 cpus = (workers or os.cpu_count() or 1) * threads
                 ray.init(num_cpus=cpus, include_dashboard=False, **kwargs)
@@ -247,7 +190,7 @@ class Ray:
                     try:
                         yield i, ray.get(ref)
                     except Exception as exc:  # worker died, task error, ...
-                        yield i, RuntimeError(f"ray task failed: {_reason(exc)}")
+                        yield i, RuntimeError(f"ray task failed: {reason(exc)}")
         finally:  # the cluster stays up for the next call until close()
             for ref in refs:
                 ray.cancel(ref, force=True)
@@ -276,114 +219,3 @@ def make_executor(kind: str = "inprocess", *, workers: int | None = None, addres
     if kind == "processes":
         return Processes(workers or os.cpu_count() or 1, threads or 1, ensemble)
     return Ray(address, workers, threads or 1, ensemble)
-
-
-# -- the driver ----------------------------------------------------------------------------
-
-def load_ensemble():
-    """The ensemble module (run_ensemble, shape_key); UnavailableError if it is missing."""
-    import importlib
-
-    try:
-        mod = importlib.import_module("recallbench.harness.ensemble")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("recallbench.harness.ensemble",):
-            raise UnavailableError(f"--ensemble: recallbench.harness.ensemble cannot load: {exc}") from None
-        raise UnavailableError("--ensemble needs recallbench.harness.ensemble (run_ensemble, shape_key), "
-                               "which this installation does not have") from None
-    for attr in ("run_ensemble", "shape_key"):
-        if not callable(getattr(mod, attr, None)):
-            raise UnavailableError(f"--ensemble: recallbench.harness.ensemble has no {attr}()")
-    return mod
-
-
-def batch_points(points: list, size: int | None, shape_key: Callable | None = None) -> list[list]:
-    """Work items: one point each, or up to ``size`` points of equal shape_key per item."""
-    if not size or shape_key is None:
-        return [[p] for p in points]
-    groups: dict[str, list] = {}
-    for p in points:
-        groups.setdefault(str(shape_key(p.cfg)), []).append(p)
-    return [members[i:i + size] for members in groups.values()
-            for i in range(0, len(members), size)]
-
-
-def _clock(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
-def run_sweep(points: list, store, executor, *, retry_failed: bool = True, limit: int | None = None,
-              ensemble: int | None = None, echo: Callable[[str], None] = print,
-              header: str | None = None) -> dict[str, int]:
-    """Run the points of a (shard of a) sweep that the store does not have yet.
-
-    Returns counts: total, done_before, failed_before, to_run, ran, ok, failed.
-    """
-    from recallbench.api.record import failed_record
-
-    contents = store.read()
-    ok_before, failed_before = contents.hashes("ok"), contents.hashes("failed")
-    done_before = [p for p in points if p.hash in ok_before]
-    if retry_failed:
-        pending = [p for p in points if p.hash not in ok_before]
-    else:
-        pending = [p for p in points if p.hash not in ok_before and p.hash not in failed_before]
-    kept_failed = len(points) - len(done_before) - len(pending)
-    retrying = sum(1 for p in pending if p.hash in failed_before)
-    if limit is not None:
-        pending = pending[:limit]
-    shape_key = load_ensemble().shape_key if ensemble else None
-    items = batch_points(pending, ensemble, shape_key)
-    total = len(points)
-    notes = [f"{len(done_before)} done"]
-    if retrying:
-        notes.append(f"{retrying} failed before (retrying)")
-    if kept_failed:
-        notes.append(f"{kept_failed} failed before (kept, --no-retry-failed)")
-    if header is None:
-        header = f"{total} points; "
-    echo(f"{header}store {store.path}: {', '.join(notes)}; "
-         f"{len(pending)} to run"
-         + (f" (--limit {limit})" if limit is not None else "")
-         + f" [{executor.name}" + (f" x{executor.parallel}" if executor.parallel > 1 else "")
-         + (f", ensembles of <= {ensemble}: {len(items)} batches" if ensemble else "") + "]")
-    counts = {"total": total, "done_before": len(done_before), "failed_before": len(failed_before),
-              "to_run": len(pending), "ran": 0, "ok": 0, "failed": 0}
-    if not pending:
-        return counts
-    done = len(done_before) + kept_failed
-    width = len(str(total))
-    start = time.perf_counter()
-    try:
-        for i, result in executor.run([[p.config for p in item] for item in items]):
-            item = items[i]
-            if isinstance(result, BaseException):
-                result = [failed_record(p.cfg, f"worker failed: {_reason(result)}") for p in item]
-            for point, record in zip(item, result):
-                if record.get("config_hash") != point.hash:
-                    echo(f"warning: record for {point.label()} has config_hash "
-                         f"{str(record.get('config_hash'))[:12]}, expected {point.hash[:12]}")
-                store.append(record)
-                done += 1
-                counts["ran"] += 1
-                ok = record.get("status") == "ok"
-                counts["ok" if ok else "failed"] += 1
-                elapsed = time.perf_counter() - start
-                left = len(pending) - counts["ran"]
-                eta = _clock(elapsed / counts["ran"] * left) if left else "0:00:00"
-                if ok:
-                    acc = record.get("accuracy")
-                    what = (f"ok     acc {acc:.4f} " if isinstance(acc, (int, float)) else "ok     ") \
-                        + f"{record.get('wall_s', 0) or 0:6.1f}s"
-                else:
-                    what = f"FAILED {record.get('error')}"
-                echo(f"[{done:>{width}}/{total}] {what}  {point.label()}  "
-                     f"| failed {counts['failed']} | ETA {eta}")
-    finally:
-        executor.close()
-    echo(f"finished {counts['ran']} points in {_clock(time.perf_counter() - start)}: "
-         f"{counts['ok']} ok, {counts['failed']} failed"
-         + (" (failed points are retried on the next run)" if counts["failed"] else ""))
-    sys.stdout.flush()
-    return counts
