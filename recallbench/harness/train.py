@@ -96,10 +96,7 @@ def run(config: RunConfig | Mapping[str, Any] | None = None, progress: bool | No
         ) -> dict[str, Any]:
     """Train and test one configuration; returns the result record (a dict)."""
     cfg = config if isinstance(config, RunConfig) else resolve(config)
-    adapter_cls = ADAPTERS.get(cfg.model.adapter)
-    ok, why = adapter_cls.availability()
-    if not ok:
-        raise UnavailableError(f"adapter {cfg.model.adapter} cannot run here: {why}")
+    adapter_cls = ADAPTERS.require(cfg.model.adapter)
     device = pick_device(cfg.train.device)
     threads = pick_threads(cfg) if device.type == "cpu" else torch.get_num_threads()
     show = cfg.train.progress if progress is None else progress
