@@ -14,7 +14,7 @@ A sweep file (YAML, read with ``yaml.safe_load``)::
       - [model.n_layers, model.d_state]
     skip:                       # the paper's skip rules, both on by default
       n_gt_d: true              #   d_state > d_model
-      seq_len_lt_4nf: true      #   MQAR with L < 4·N_f; repeated keys with L < 2·N_f·(N_k+1)
+      seq_len_lt_4nf: true      #   the task says L is too short for N_f (Task.infeasible)
     where:                      # optional filters, all must hold: KEY OP KEY|LITERAL
       - model.d_state <= model.d_model
       - model.adapter != designed
@@ -40,6 +40,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from recallbench.api.canonical import set_dotted
 from recallbench.api.config import DEFAULT_TASK, SECTIONS, ModelConfig, RunConfig, TrainConfig, load_yaml, resolve
 from recallbench.api.errors import ConfigError
 
@@ -169,37 +170,39 @@ def lookup(view: Mapping[str, Any], key: str) -> Any:
     return node
 
 
-def set_key(raw: dict, key: str, value: Any) -> None:
-    parts = key.split(".")
-    node = raw
-    for part in parts[:-1]:
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        elif not isinstance(child, dict):
-            raise ConfigError(f"axis {key}: {part} is not a mapping in the base config")
-        node = child
-    node[parts[-1]] = value
-
-
 # -- skip rules ---------------------------------------------------------------------------
 
 def skip_reason(view: Mapping[str, Any], rules: Mapping[str, bool]) -> str | None:
-    """The name of the first skip rule that drops this config (a resolved or defaulted view)."""
-    model, task = view.get("model", {}), view.get("task", {})
+    """The name of the first skip rule that drops this config (a resolved or defaulted view).
+
+    ``n_gt_d`` is the model's rule; any other rule is the task's: it applies when the task
+    class's :meth:`~recallbench.api.task.Task.infeasible` answers its name.
+    """
+    model = view.get("model", {})
     if rules.get("n_gt_d"):
         n, d = model.get("d_state"), model.get("d_model")
         if _num(n) and _num(d) and n > d:
             return "n_gt_d"
-    if rules.get("seq_len_lt_4nf"):
-        L, nf, nk = task.get("seq_len"), task.get("num_facts"), task.get("num_key_repeats")
-        if _num(L) and _num(nf):
-            if task.get("name") == "mqar-repeated-keys" or _num(nk):
-                if L < 2 * nf * ((nk if _num(nk) else 1) + 1):
-                    return "seq_len_lt_4nf"
-            elif task.get("name") == "mqar" and L < 4 * nf:
-                return "seq_len_lt_4nf"
-    return None
+    answer = _infeasible(view.get("task", {}))
+    return answer if answer is not None and rules.get(answer) else None
+
+
+def _infeasible(task: Mapping[str, Any]) -> str | None:
+    """The task class's answer for these parameters; None for a task that does not load."""
+    cls = _task_class(task.get("name"))
+    if cls is None:
+        return None
+    return cls.infeasible({k: v for k, v in task.items() if k != "name"})
+
+
+def _task_class(name: Any):
+    """The registered task class called ``name``; None if there is none or it does not load."""
+    from recallbench.api.registry import TASKS
+
+    try:
+        return TASKS.get(name) if isinstance(name, str) else None
+    except ConfigError:
+        return None
 
 
 def _num(x: Any) -> bool:
@@ -212,14 +215,9 @@ def with_defaults(raw: Mapping[str, Any]) -> dict[str, Any]:
     Used for the skip rules and filters of points that do not resolve (an MQAR cell with
     L < 4·N_f is rejected by the task itself, so it must be skipped before resolving).
     """
-    from recallbench.api.registry import TASKS
-
     task = dict(raw.get("task") or {}) or dict(DEFAULT_TASK)
     name = task.get("name", "mqar")
-    try:
-        cls = TASKS.get(name) if isinstance(name, str) else None
-    except ConfigError:
-        cls = None
+    cls = _task_class(name)
     defaults = {}
     if cls is not None and dataclasses.is_dataclass(cls):
         for f in dataclasses.fields(cls):
@@ -411,7 +409,7 @@ class Sweep:
 
         raw = copy.deepcopy(self.base)
         for key, value in cell.items():
-            set_key(raw, key, copy.deepcopy(value))
+            set_dotted(raw, key, copy.deepcopy(value), what="axis")
         return raw
 
     def expand(self) -> Expansion:
