@@ -1,13 +1,15 @@
 """Registries: built-ins, third-party entry points, lazy and fault-tolerant loading."""
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
 import pytest
 
-from recallbench.api.errors import ConfigError
+from recallbench.api.errors import ConfigError, UnavailableError
 from recallbench.api.registry import ADAPTERS, TASKS, Registry
+from recallbench.api.task import Task
 
 THIRD_PARTY_TASK = '''
 import dataclasses, torch
@@ -78,3 +80,64 @@ def test_broken_plugin_does_not_break_import(plugin_dist):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+# -- run-time registration: add / remove / origin / require ------------------------------
+
+@dataclasses.dataclass
+class NeedsTheMoon(Task):
+    """A task that exists but cannot run on this machine."""
+
+    vocab_size: int = 16
+    num_facts: int = 1
+
+    @classmethod
+    def availability(cls):
+        return False, "needs the moon"
+
+
+@pytest.fixture
+def moon():
+    """NeedsTheMoon added to TASKS as "test-moon" for one test, removed afterwards."""
+    TASKS.add("test-moon", NeedsTheMoon, origin="rb-moon")
+    yield NeedsTheMoon
+    if "test-moon" in TASKS.names():
+        TASKS.remove("test-moon")
+
+
+def test_add_registers_a_plugin_with_its_origin(moon):
+    assert TASKS.get("test-moon") is moon and moon.name == "test-moon"
+    assert "test-moon" in TASKS.names()
+    assert TASKS.origin("test-moon") == "rb-moon"
+    assert TASKS.origin("mqar") == "built-in"
+    assert ("test-moon", "rb-moon", False, "needs the moon") in TASKS.describe()
+
+
+def test_add_refuses_a_taken_name(moon):
+    with pytest.raises(ValueError, match=r"task 'test-moon' is already registered \(from rb-moon\)"):
+        TASKS.add("test-moon", NeedsTheMoon)
+    with pytest.raises(ValueError, match=r"task 'mqar' is already registered \(from built-in\)"):
+        TASKS.add("mqar", NeedsTheMoon)
+    assert TASKS.get("mqar") is not NeedsTheMoon
+
+
+def test_remove_forgets_the_name(moon):
+    TASKS.remove("test-moon")
+    assert "test-moon" not in TASKS.names()
+    with pytest.raises(ConfigError, match="unknown task 'test-moon'"):
+        TASKS.get("test-moon")
+    with pytest.raises(KeyError, match="task 'test-moon' is not registered"):
+        TASKS.remove("test-moon")
+    with pytest.raises(ConfigError, match="unknown task 'test-moon'"):
+        TASKS.origin("test-moon")
+
+
+def test_require_names_why_a_plugin_cannot_run(moon):
+    with pytest.raises(UnavailableError) as err:
+        TASKS.require("test-moon", where="sweep point 3")
+    assert str(err.value) == "sweep point 3: task test-moon cannot run here: needs the moon"
+    with pytest.raises(UnavailableError, match="^task test-moon cannot run here: needs the moon$"):
+        TASKS.require("test-moon")
+    assert TASKS.require("mqar") is TASKS.get("mqar")
+    with pytest.raises(ConfigError, match="unknown task 'mqr'"):
+        TASKS.require("mqr")
