@@ -120,6 +120,7 @@ def test_record_schema_and_shape_key():
                                               threads=2))
     assert shape_key(cfg(0)) != shape_key(cfg(0, model={"d_state": 4}))
     assert shape_key(cfg(0)) != shape_key(cfg(0, batch_size=8))
+    assert shape_key(cfg(0)) != shape_key(cfg(0, device="cpu"))  # one model, one device
     assert group_by_shape([cfg(0), cfg(0, batch_size=8), cfg(1)]) == {
         shape_key(cfg(0)): [0, 2], shape_key(cfg(0, batch_size=8)): [1]}
     with pytest.raises(EnsembleError, match="model.d_state"):

@@ -83,6 +83,67 @@ def test_seq_len_skip_rules():
     assert len(Sweep.from_dict({"base": ar, "axes": {"task.num_facts": [2, 4, 8]}}).expand().points) == 3
 
 
+@pytest.fixture
+def picky_task():
+    """A test-only task whose infeasible() answers by N_f alone, unlike any built-in rule."""
+    from recallbench.api.registry import TASKS
+
+    class Picky(TASKS.get("mqar")):
+        @classmethod
+        def infeasible(cls, params):
+            return {3: "seq_len_lt_4nf", 2: "no_such_rule"}.get(params.get("num_facts"))
+
+    TASKS.add("test-picky", Picky)
+    yield
+    TASKS.remove("test-picky")
+
+
+def test_task_skip_rule_is_the_task_classs_answer(picky_task):
+    from recallbench.runs.sweep import skip_reason
+
+    data = {"base": {**base(), "task": {**TASK, "name": "test-picky"}},
+            "axes": {"task.num_facts": [1, 2, 3, 4]}}
+    exp = Sweep.from_dict(data).expand()  # 3: the rule the sweep enables; 2: not a rule
+    assert [p.cfg.task.num_facts for p in exp.points] == [1, 2, 4]
+    assert exp.skipped == {"seq_len_lt_4nf": 1}
+    off = Sweep.from_dict({**data, "skip": {"seq_len_lt_4nf": False}}).expand()
+    assert len(off.points) == 4 and not off.skipped
+    # a task that does not load skips nothing (its resolve error is reported instead)
+    view = {"task": {"name": "no-such-task", "seq_len": 1, "num_facts": 99}, "model": {}}
+    assert skip_reason(view, {"seq_len_lt_4nf": True, "n_gt_d": True}) is None
+
+
+def test_axis_through_a_non_mapping_names_the_axis():
+    data = {"base": {**base(), "model": {**base()["model"], "options": 3}},
+            "axes": {"model.options.width": [1]}}
+    with pytest.raises(ConfigError, match=r"axis 'model.options.width': options is not a mapping"):
+        Sweep.from_dict(data).expand()
+
+
+def test_driver_records_a_dead_worker_as_failed_and_appends_in_arrival_order():
+    from recallbench.api.config import resolve
+    from recallbench.runs.driver import Job, drive
+
+    jobs = [Job(resolve({**base("designed"), "train": {**TRAIN, "seed": s}}), tag=s)
+            for s in range(3)]
+    ok = {"status": "ok", "config_hash": jobs[0].cfg.hash()}
+
+    class Executor:  # the second item (two jobs) finishes first: its worker died
+        def run(self, items):
+            assert items == [[jobs[0].config], [jobs[1].config, jobs[2].config]]
+            yield 1, RuntimeError("worker lost\ntraceback lines")
+            yield 0, [ok]
+
+    stored, seen = [], []
+    store = types.SimpleNamespace(append=stored.append)
+    tally = drive([[jobs[0]], jobs[1:]], Executor(), store,
+                  lambda job, rec, t: seen.append((job.tag, rec["status"], t.ran)))
+    assert seen == [(1, "failed", 1), (2, "failed", 2), (0, "ok", 3)]
+    assert [r["error"] for r in stored[:2]] == ["worker failed: RuntimeError: worker lost"] * 2
+    assert [r["config_hash"] for r in stored] == [j.cfg.hash() for j in (jobs[1], jobs[2], jobs[0])]
+    assert stored[2] is ok and (tally.ran, tally.ok, tally.failed) == (3, 1, 2)
+
+
 def test_zip_axes():
     data = {"base": base(), "axes": {"model.n_layers": [1, 2, 3], "model.d_state": [6, 3, 2],
                                      "train.seed": [0, 1]},
