@@ -19,7 +19,7 @@ value as it reads the key.
 
 The law describes it as the task family "mqar" (docs/theory.md, 'The law'); the
 queries ask for ``info_bits`` = N_f·log2(V/2) bits, the Fano bound's requirement
-(docs/theory.md, 'The Fano bound').
+(docs/theory.md, 'Fano').
 """
 from __future__ import annotations
 

@@ -14,9 +14,10 @@ queried once, placed like MQAR's queries with the keys in order of first occurre
 occurrence.  Earlier occurrences are never labelled.  Needs ``2·N_f·(N_k + 1) <= L``.
 With ``num_key_repeats = 1`` this is MQAR: the same distribution for every ``power_a``.
 
-The law describes it as the task family "mqar" (docs/theory.md, 'The law'): only the
-latest binding of each key must be kept, N_f·log2(V/2) bits (docs/theory.md,
-'The Fano bound').
+The law takes MQAR's coefficient for it, task family "mqar" (docs/theory.md, 'The law'):
+only the latest binding of each key must be kept, ``info_bits`` = N_f·log2(V/2)
+(docs/theory.md, 'Fano').  One layer scores about 1/N_k, two layers solve it
+(docs/theory.md, 'Published reference points').
 """
 from __future__ import annotations
 
