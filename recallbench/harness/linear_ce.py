@@ -16,9 +16,8 @@ so the function computes loss and gradients in one pass over blocks of queries a
 holds the (K, Q, V) logits: each block of K·q·V floats is sized to stay in the CPU's cache
 (:data:`BLOCK_FLOATS`).  On CPU, a batched ensemble's logits do not fit in cache (K = 8,
 Q = 1024, V = 512 is 16 MiB) and every elementwise pass over them runs at memory speed;
-blocked, the read-out of ``benchmarks/bench_ensemble.py``'s small models is several times
-faster.  :func:`linear_cross_entropy_reference` is the plain autograd twin the tests
-compare against.
+blocked, each pass runs in cache.  :func:`linear_cross_entropy_reference` is the plain
+autograd twin the tests compare against.
 """
 from __future__ import annotations
 

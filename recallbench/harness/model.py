@@ -49,10 +49,10 @@ class RecallModel(nn.Module):
         """h (..., D) -> logits (..., V): the final norm, then the tied read-out Eᵀ.
 
         Eᵀ is copied to a contiguous (D, V) matrix first (D·V floats): then both gradient
-        matmuls read the big (Q, V) gradient of the logits row by row.  On CPU that made
-        the read-out's forward and backward 1.4–2.3x faster at D = 4, V = 512, Q = 1024
-        and changed it by at most ±10% at D = 16 and 64 (``benchmarks/bench_train.py`` §6;
-        the transposed view ``E.t()`` sends one of the gradients down a strided path).
+        matmuls read the big (Q, V) gradient of the logits row by row, where the transposed
+        view ``E.t()`` sends one of the gradients down a strided path.  On CPU that speeds
+        up the read-out at small D; ``python benchmarks/bench_train.py`` §6 measures the
+        gain at D = 4, 16 and 64.
         """
         return self.norm(h) @ self.embedding.weight.t().contiguous()
 
