@@ -42,10 +42,10 @@ def command(args) -> int:
     lb.write_submission(sub, out)
     for b in sub["budgets"]:
         sc = (b.get("score") or {}).get("mean") or {}
-        acc = lb._acc_by_nf(b)
+        acc = lb.acc_by_nf(b)
         print(f"{sub['model']['name']} ({sub['model']['adapter']}) budget {b['name']}: state "
-              f"{b['state_size']}, S_eff {lb._fmt(sc.get('s_eff'), '.4g')}, N_f* "
-              f"{lb._fmt(sc.get('capacity'), '.3g')}, Fano ratio {lb._fmt(sc.get('bits_ratio'), '.3g')}; "
+              f"{b['state_size']}, S_eff {lb.fmt(sc.get('s_eff'), '.4g')}, N_f* "
+              f"{lb.fmt(sc.get('capacity'), '.3g')}, Fano ratio {lb.fmt(sc.get('bits_ratio'), '.3g')}; "
               + ", ".join(f"N_f={k}: {v:.3f}" for k, v in sorted(acc.items())))
     if sub["impossible"]:
         print("WARNING: the scorer flags impossible results (beats the Fano bound): validate will reject it")

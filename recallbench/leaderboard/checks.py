@@ -1,0 +1,58 @@
+"""Small checks shared by suites and submissions: one-line errors, numbers, names, paths.
+
+Every failed check raises :class:`ConfigError` as ``"<where>: <message>"``.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from recallbench.api.errors import ConfigError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+
+
+def need(cond: bool, where: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"{where}: {msg}")
+
+
+def is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def is_num(x) -> bool:
+    """A finite int or float (bools excluded)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_name(value: Any, where: str) -> str:
+    need(isinstance(value, str) and bool(NAME_RE.match(value)) and ".." not in value,
+         where, f"{value!r} is not a plain name (letters, digits, . _ + -; no '/', no '..')")
+    return value
+
+
+def check_relative_path(value: Any, where: str) -> str:
+    """A path-like field: relative, inside the leaderboard folder, no '..', no drive."""
+    need(isinstance(value, str) and value != "", where, "a relative path is required")
+    p = value.replace("\\", "/")
+    need(not p.startswith("/") and not re.match(r"^[A-Za-z]:", p) and "\x00" not in p,
+         where, f"{value!r} is an absolute path; only paths inside the leaderboard folder")
+    need(".." not in p.split("/"), where, f"{value!r} escapes the leaderboard folder ('..')")
+    return value
+
+
+def check_keys(obj: Any, allowed: set, required: set, where: str) -> None:
+    """``obj`` is a mapping with only ``allowed`` keys and all ``required`` ones."""
+    need(isinstance(obj, dict), where, "must be a mapping")
+    unknown = sorted(str(k) for k in set(obj) - allowed)
+    need(not unknown, where, f"unknown field {unknown[0] if unknown else ''!r}")
+    missing = sorted(required - set(obj))
+    need(not missing, where, f"missing field {missing[0] if missing else ''!r}")
+
+
+def slug(text: str) -> str:
+    """A plain file name made from free text (at most 64 characters)."""
+    s = re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-.")[:64]
+    return s or "model"

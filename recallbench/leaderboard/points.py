@@ -1,0 +1,80 @@
+"""A submission's points as run configs, and how they must match the suite.
+
+A submission stores each budget's full ``config`` once and each point's ``delta`` from it
+(per section); the point's config is ``merge_config(budget config, delta)``.  Within one
+budget only the grid's own keys (N_f, lr, seed) and execution keys may differ: one model
+config per submission.  A point follows the suite when its config holds every value the
+suite fixes for it (:meth:`Suite.fixed_values`).
+"""
+from __future__ import annotations
+
+import copy
+import math
+from typing import Mapping
+
+from recallbench.api.canonical import EXECUTION_KEYS, SECTIONS
+from recallbench.api.errors import ConfigError
+from recallbench.leaderboard.checks import is_int, is_num, need
+
+# what may differ between the points of one budget: the grid's own keys and execution keys
+DELTA_ALLOWED = {"task": {"num_facts"}, "model": set(),
+                 "train": {"lr", "seed", *EXECUTION_KEYS["train"]}}
+
+
+def point_key(p: Mapping) -> tuple:
+    """(budget, N_f, lr, seed) of a grid point, typed for comparison."""
+    return (p["budget"], int(p["num_facts"]), float(p["lr"]), int(p["seed"]))
+
+
+def first_mismatch(full: Mapping, fixed: Mapping) -> str | None:
+    """None if every value of ``fixed`` equals the one in ``full``; else the first mismatch."""
+    for section, values in fixed.items():
+        have = full.get(section) or {}
+        for k, v in values.items():
+            if k not in have:
+                return f"{section}.{k} missing"
+            hv = have[k]
+            same = (math.isclose(hv, v, rel_tol=1e-12, abs_tol=0.0)
+                    if is_num(hv) and is_num(v) and not (is_int(hv) and is_int(v)) else hv == v)
+            if not same:
+                return f"{section}.{k} = {hv!r}, the suite fixes {v!r}"
+    return None
+
+
+def config_delta(base: Mapping, cfg: Mapping) -> dict:
+    """Per section, the keys of ``cfg`` that differ from ``base`` (none may be missing)."""
+    out: dict[str, dict] = {}
+    for section in SECTIONS:
+        b, c = base.get(section) or {}, cfg.get(section) or {}
+        d = {k: v for k, v in c.items() if k not in b or b[k] != v}
+        removed = [k for k in b if k not in c]
+        if removed:
+            raise ConfigError(f"config keys {removed} missing from a record; records of "
+                              "different recallbench versions cannot share a submission")
+        if d:
+            out[section] = d
+    return out
+
+
+def check_delta(delta: Mapping, where: str) -> None:
+    for section, values in delta.items():
+        extra = sorted(set(values) - DELTA_ALLOWED.get(section, set()))
+        need(not extra, where, f"{section}.{extra[0] if extra else ''} differs between the points "
+             "of one budget; only N_f, lr and seed may (one model config per submission)")
+
+
+def merge_config(base: Mapping, delta: Mapping) -> dict:
+    """A point's full config: its budget's config updated with its delta, per section."""
+    out = copy.deepcopy(dict(base))
+    for section, values in (delta or {}).items():
+        out[section] = {**(out.get(section) or {}), **values}
+    return out
+
+
+#: the model keys a budget sets; the rest of the model config is the submission's own
+BUDGET_SIZE_KEYS = ("d_model", "d_state", "n_layers")
+
+
+def shared_model_config(model: Mapping) -> dict:
+    """A budget's model config less the budget's sizes: what all budgets must share."""
+    return {k: v for k, v in model.items() if k not in BUDGET_SIZE_KEYS}

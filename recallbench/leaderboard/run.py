@@ -1,0 +1,117 @@
+"""Running a suite into a result store, and re-running sampled points of a submission.
+
+:func:`run_suite` trains every missing point of a suite's grid for one adapter and
+appends the records to a store (what `recallbench submit` then reads);
+:func:`verify` re-runs K points of a submission, chosen deterministically by
+:func:`sample_points`, and compares the accuracies with the suite's tolerance.
+"""
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from recallbench.api.errors import ConfigError
+from recallbench.leaderboard.checks import need
+from recallbench.leaderboard.points import merge_config
+from recallbench.leaderboard.suite import Suite
+from recallbench.runs.store import Store, read_store
+
+
+def load_store_records(paths: Iterable[str | Path]) -> list[dict]:
+    """Records of stores (all their files) and of .jsonl/.json files (scorer.load_records)."""
+    from recallbench.law.scorer import load_records
+
+    return load_records(list(paths))
+
+
+def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Mapping | None = None,
+              limit: int | None = None, log: Callable[[str], None] = print,
+              runner: Callable | None = None) -> dict[str, int]:
+    """Run every point of ``suite`` for ``adapter`` not yet in ``store`` (ok runs skipped).
+
+    Records are appended to ``STORE/results.jsonl`` as each run finishes; a run that
+    raises is stored as a failed record (and retried next time).
+    """
+    from recallbench.api.config import resolve
+    from recallbench.api.errors import UnavailableError
+    from recallbench.api.registry import ADAPTERS
+    from recallbench.api.record import failed_record
+
+    if runner is None:
+        from recallbench.harness.train import run as runner
+    ADAPTERS.require(adapter, where=f"suite {suite.name}")
+    store = Path(store)
+    done = read_store(store).hashes("ok") if Path(store).exists() else set()
+    todo = []
+    for p in suite.points():
+        cfg = resolve(suite.point_config(adapter, p, model_extra))
+        if cfg.hash() not in done:
+            todo.append((p, cfg))
+    counts = {"points": len(suite.points()), "skipped": len(suite.points()) - len(todo), "ran": 0,
+              "failed": 0}
+    if limit is not None:
+        todo = todo[:limit]
+    log(f"suite {suite.name}, adapter {adapter}: {counts['points']} points, "
+        f"{counts['skipped']} already in {store}, {len(todo)} to run")
+    if not todo:
+        return counts
+    with Store(store) as out:
+        for i, (p, cfg) in enumerate(todo, 1):
+            t0 = time.perf_counter()
+            try:
+                record = runner(cfg, progress=False)
+            except (ConfigError, UnavailableError):
+                raise
+            except Exception as exc:  # noqa: BLE001 (a run that crashes is data: a failed record)
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                record = failed_record(cfg, f"{type(exc).__name__}: {first}")
+            out.append(record)
+            if record.get("status") == "ok":
+                counts["ran"] += 1
+                msg = f"accuracy {record['accuracy']:.4f} ({record['correct']}/{record['total']})"
+            else:
+                counts["failed"] += 1
+                msg = f"FAILED: {record.get('error')}"
+            log(f"[{i}/{len(todo)}] {p['budget']} N_f={p['num_facts']} lr={p['lr']:g} "
+                f"seed={p['seed']}: {msg} in {time.perf_counter() - t0:.1f}s")
+    return counts
+
+
+def sample_points(sub: Mapping, k: int) -> list[tuple[dict, dict]]:
+    """K (budget, point) pairs chosen deterministically (seeded by the submission's sha256)."""
+    all_pts = [(b, p) for b in sub["budgets"] for p in b["points"]]
+    rng = random.Random(int(sub["sha256"][:16], 16))
+    idx = sorted(rng.sample(range(len(all_pts)), min(k, len(all_pts))))
+    return [all_pts[i] for i in idx]
+
+
+def verify(sub: Mapping, suite: Suite, k: int, *, runner: Callable | None = None,
+           log: Callable[[str], None] = print, device: str | None = None) -> list[dict]:
+    """Re-run K sampled points; returns one row per point with ``ok`` set."""
+    if runner is None:
+        from recallbench.harness.train import run as runner
+    rows = []
+    for b, p in sample_points(sub, k):
+        cfg = merge_config(b["config"], p.get("delta") or {})
+        cfg["train"] = {**cfg["train"], "progress": False}
+        if suite.data.get("threads") is not None:
+            cfg["train"]["threads"] = suite.data["threads"]
+        if device:
+            cfg["train"]["device"] = device
+        t0 = time.perf_counter()
+        rec = runner(cfg, progress=False)
+        need(rec.get("status", "ok") == "ok", "verify", f"re-run failed: {rec.get('error')}")
+        need(rec["config_hash"] == p["config_hash"], "verify",
+             "the re-run's config hash differs from the submission's (another recallbench version?)")
+        old = p["correct"] / p["total"]
+        new = rec["correct"] / rec["total"]
+        row = {"budget": b["name"], "num_facts": p["num_facts"], "lr": p["lr"], "seed": p["seed"],
+               "submitted": old, "rerun": new, "diff": new - old,
+               "ok": abs(new - old) <= suite.tolerance + 1e-12, "wall_s": time.perf_counter() - t0}
+        log(f"{b['name']} N_f={p['num_facts']} lr={p['lr']:g} seed={p['seed']}: submitted {old:.4f}, "
+            f"re-run {new:.4f}, diff {new - old:+.4f} (tolerance {suite.tolerance}) "
+            f"{'ok' if row['ok'] else 'DISAGREES'}")
+        rows.append(row)
+    return rows

@@ -1,0 +1,175 @@
+"""Building a submission from a result store's records, and writing it.
+
+A submission (``leaderboards/<suite>/submissions/<name>.yaml``, schema
+``recallbench.submission/1``) is data: the model, its per-point counts, the scorer's
+fitted effective state, capacity and Fano ratio per budget, the environment, and a
+``sha256`` over the canonical JSON of everything else (an integrity check against
+accidental or careless edits, not a signature).  Each point carries its ``config_hash``;
+the full config of a point is its budget's ``config`` updated with the point's ``delta``
+(per section), and the hash is recomputed from it on validation.
+"""
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from recallbench.api.canonical import canonical_json, config_hash, sha256_of
+from recallbench.api.errors import ConfigError
+from recallbench.api.registry import ADAPTERS
+from recallbench.leaderboard.checks import check_name, is_int, need
+from recallbench.leaderboard.points import (check_delta, config_delta, first_mismatch, point_key,
+                                            shared_model_config)
+from recallbench.leaderboard.scoring import budget_scores, point_records, rounded, score_records
+from recallbench.leaderboard.suite import Suite
+from recallbench.leaderboard.yaml_io import MAX_BYTES, dump_yaml
+
+SUBMISSION_SCHEMA = "recallbench.submission/1"
+POINT_COUNTS = ("correct", "total", "correct_topk")
+IMPOSSIBLE_KEYS = ("d_model", "d_state", "n_layers", "num_facts", "config_hash", "implied_bits",
+                   "state_bits_total")
+
+
+def content_sha256(submission: Mapping) -> str:
+    """sha256 of the canonical JSON of a submission without its ``sha256`` field."""
+    body = {k: v for k, v in submission.items() if k != "sha256"}
+    try:
+        return sha256_of(body)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"submission holds a value that is not plain data ({exc})") from None
+
+
+def _library(adapter: str, versions: Mapping) -> dict:
+    """The distribution whose code runs the adapter, and its version from the records."""
+    try:
+        cls = ADAPTERS.get(adapter)
+    except ConfigError:  # an adapter not installed here: credit recallbench
+        cls = None
+    lib_class = getattr(cls, "library_class", "") or ""
+    dist = getattr(cls, "distribution", None) or "recallbench"
+    return {"name": dist, "version": versions.get(dist), "class": lib_class or None}
+
+
+def _single_adapter(records: list[Mapping]) -> str:
+    adapters = sorted({(r["config"].get("model") or {}).get("adapter") for r in records} - {None})
+    need(len(adapters) == 1, "submit", f"the store holds runs of {len(adapters)} adapters "
+         f"({', '.join(adapters) or 'none'}): choose one with --adapter")
+    return adapters[0]
+
+
+def match_points(suite: Suite, records: Iterable[Mapping], adapter: str | None) -> tuple[str, dict]:
+    """(adapter, {point key: record}) of the records that fill the suite's grid."""
+    recs = [r for r in records if r.get("status") == "ok" and isinstance(r.get("config"), dict)]
+    if adapter is None:
+        adapter = _single_adapter(recs)
+    by_point: dict[tuple, dict[str, Mapping]] = {}
+    for r in recs:
+        if (r["config"].get("model") or {}).get("adapter") != adapter:
+            continue
+        for p in suite.points():
+            if first_mismatch(r["config"], suite.fixed_values(adapter, p)) is None:
+                by_point.setdefault(point_key(p), {})[r.get("config_hash")] = r  # last wins
+                break
+    missing = [p for p in suite.points() if point_key(p) not in by_point]
+    if missing:
+        p = missing[0]
+        raise ConfigError(f"submit: the store lacks {len(missing)} of {len(suite.points())} points "
+                          f"of suite {suite.name} for adapter {adapter}, e.g. budget {p['budget']} "
+                          f"N_f={p['num_facts']} lr={p['lr']:g} seed={p['seed']} (run `recallbench "
+                          f"leaderboard run --suite {suite.dir} --adapter {adapter} --store ...`)")
+    out = {}
+    for key, found in by_point.items():
+        if len(found) > 1:
+            raise ConfigError(f"submit: {len(found)} different runs fill point {key} "
+                              f"(configs {', '.join(h[:12] for h in found)}); keep one model "
+                              "config per store")
+        out[key] = next(iter(found.values()))
+    return adapter, out
+
+
+def _point_entry(p: Mapping, r: Mapping, base: Mapping) -> dict:
+    """One point of a budget: its counts and its config as a delta from ``base``."""
+    for k in POINT_COUNTS:
+        need(is_int(r.get(k)), "submit", f"record {r.get('config_hash', '?')[:12]} lacks {k}")
+    delta = config_delta(base, r["config"])
+    check_delta(delta, f"submit: run {str(r.get('config_hash'))[:12]}")
+    return {"num_facts": p["num_facts"], "lr": p["lr"], "seed": p["seed"],
+            "config_hash": r["config_hash"], "delta": delta,
+            "correct": r["correct"], "total": r["total"], "correct_topk": r["correct_topk"],
+            "accuracy": rounded(r["correct"] / r["total"]), "info_bits": rounded(r.get("info_bits"), 12),
+            "steps": r.get("steps"), "best_step": r.get("best_step"),
+            "converged": bool(r.get("converged")), "train_s": r.get("train_s"),
+            "wall_s": r.get("wall_s")}
+
+
+def _budget_entry(b: Mapping, pts: list[tuple[Mapping, Mapping]]) -> dict:
+    """One budget from its (point, record) pairs; its config is the first record's."""
+    base = copy.deepcopy(pts[0][1]["config"])
+    sizes = {r.get("state_size") for _, r in pts}
+    need(len(sizes) == 1, "submit", f"budget {b['name']}: runs report different state sizes {sizes}")
+    points = [_point_entry(p, r, base) for p, r in pts]
+    first = pts[0][1]
+    return {"name": b["name"], "state_size": first.get("state_size"),
+            "state_bits": first.get("state_bits") or 32, "state_note": first.get("state_note"),
+            "params": first.get("params"), "config": base, "points": points}
+
+
+def _add_scores(sub: dict, suite: Suite) -> None:
+    """Score the submission's counts: per-budget scores, settings, impossible points."""
+    report = score_records(point_records(sub), suite)
+    for bsub in sub["budgets"]:
+        bsub["score"] = rounded(budget_scores(report, bsub["config"]["model"]))
+    sub["scoring"] = {**suite.scoring, "view": "mean", "views": {
+        "mean": "mean over seeds (counts pooled)", "best": "best of seeds (paper convention)"}}
+    sub["impossible"] = [{k: i.get(k) for k in IMPOSSIBLE_KEYS} for i in report.get("impossible", [])]
+
+
+def _environment(chosen: list[Mapping], versions: Mapping) -> dict:
+    """Library versions (and whether all runs agree), devices, threads, total wall time."""
+    vset = {canonical_json(r.get("versions") or {}) for r in chosen}
+    return {"versions": versions, "versions_consistent": len(vset) == 1,
+            "devices": sorted({str(r.get("device")) for r in chosen}),
+            "threads": sorted({r.get("threads") for r in chosen if r.get("threads") is not None}),
+            "python_platform": sys.platform,
+            "wall_s_total": rounded(sum(float(r.get("wall_s") or 0) for r in chosen), 6)}
+
+
+def build_submission(suite: Suite, records: Iterable[Mapping], model_name: str, *,
+                     adapter: str | None = None, description: str | None = None,
+                     url: str | None = None) -> dict:
+    """A submission dict from result records that fill the suite's grid for one adapter."""
+    check_name(model_name, "--model-name")
+    adapter, matched = match_points(suite, records, adapter)
+    chosen = [matched[point_key(p)] for p in suite.points()]
+    versions = dict(chosen[0].get("versions") or {})
+    budgets = [_budget_entry(b, [(p, matched[point_key(p)]) for p in suite.points()
+                                 if p["budget"] == b["name"]]) for b in suite.budgets]
+    model_cfg = shared_model_config(budgets[0]["config"]["model"])
+    sub: dict[str, Any] = {
+        "schema": SUBMISSION_SCHEMA,
+        "suite": suite.name,
+        "suite_recipe_sha256": suite.recipe_sha256(),
+        "model": {"name": model_name, "adapter": adapter, "description": description,
+                  "url": url, "library": _library(adapter, versions),
+                  "config": model_cfg, "config_hash": config_hash({"model": model_cfg})},
+        "budgets": budgets,
+    }
+    _add_scores(sub, suite)
+    sub["environment"] = _environment(chosen, versions)
+    sub["created"] = time.strftime("%Y-%m-%d", time.gmtime())
+    sub["sha256"] = content_sha256(sub)
+    return sub
+
+
+def write_submission(sub: Mapping, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = ("# recallbench leaderboard submission (data only; validate with\n"
+            "# `recallbench leaderboard validate FILE`). Do not edit by hand: the sha256 covers it.\n"
+            + dump_yaml(dict(sub)))
+    if len(text.encode()) > MAX_BYTES:
+        raise ConfigError(f"submission would be {len(text.encode())} bytes, over the {MAX_BYTES}-byte limit")
+    path.write_text(text, encoding="utf-8")
+    return path

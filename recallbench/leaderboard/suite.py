@@ -1,0 +1,219 @@
+"""Suites: what every model on a leaderboard is measured on.
+
+A suite (``leaderboards/<suite>/suite.yaml``, schema ``recallbench.suite/1``)::
+
+    schema: recallbench.suite/1
+    name: cpu-small                      # = the folder name
+    title: ...; description: ...
+    task: {name: TASK, vocab_size: 128, seq_len: 64}    # fixed task parameters
+    num_facts: [4, 8, 12, 16]            # the grid over N_f
+    budgets:                             # state-size budgets to compare at
+      - name: D32-N8
+        model: {d_model: 32, d_state: 8, n_layers: 1}
+        adapters: {ADAPTER: {n_heads: 2}} # optional per-adapter settings in this budget
+    adapters: {}                         # optional per-adapter model settings, all budgets
+    train: {max_steps: 800, batch_size: 64, ...}        # the recipe (any train.* key)
+    lr: [0.003]                          # one or several (a sweep: best variant per point)
+    seeds: [0, 1]
+    device: cpu                          # where `leaderboard run` trains
+    threads: 1
+    tolerance: {accuracy: 0.02}          # `verify`: largest |accuracy difference| allowed
+    scoring: {delta: 0.01, form: eq19, level: 0.95}     # passed to scorer.score
+
+A point of the grid is (budget, N_f, lr, seed); for an adapter its run config is::
+
+    task  = suite.task + {num_facts}
+    model = {adapter} + suite.adapters[adapter] + budget.model + budget.adapters[adapter]
+    train = suite.train + {lr, seed, threads, device, progress: false}
+
+Submissions live next to the suite, in ``<suite>/submissions/*.yaml``.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Mapping
+
+from recallbench.api.canonical import sha256_of, strip_execution
+from recallbench.api.errors import ConfigError
+from recallbench.leaderboard.checks import check_name, is_int, is_num, need
+from recallbench.leaderboard.yaml_io import read_yaml_data
+
+SUITE_SCHEMA = "recallbench.suite/1"
+MAX_SUITE_BYTES = 256 << 10
+SUITE_FILE = "suite.yaml"
+SUBMISSIONS_DIR = "submissions"
+SUITE_KEYS = {"schema", "name", "title", "description", "task", "num_facts", "budgets", "adapters",
+              "train", "lr", "seeds", "device", "threads", "tolerance", "scoring"}
+RECIPE_KEYS = ("task", "num_facts", "budgets", "adapters", "train", "lr", "seeds")
+SUITE_BUDGET_KEYS = {"name", "model", "adapters", "description"}
+
+
+class Suite:
+    """A parsed, validated ``suite.yaml``."""
+
+    def __init__(self, data: Mapping, directory: Path):
+        self.data = dict(data)
+        self.dir = Path(directory)
+        self.name: str = data["name"]
+
+    # the grid -----------------------------------------------------------------
+    @property
+    def budgets(self) -> list[dict]:
+        return self.data["budgets"]
+
+    @property
+    def num_facts(self) -> list[int]:
+        return list(self.data["num_facts"])
+
+    @property
+    def lrs(self) -> list[float]:
+        lr = self.data["lr"]
+        return [float(x) for x in (lr if isinstance(lr, list) else [lr])]
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.data["seeds"])
+
+    @property
+    def tolerance(self) -> float:
+        return float((self.data.get("tolerance") or {}).get("accuracy", 0.02))
+
+    @property
+    def scoring(self) -> dict:
+        return {"delta": 0.01, "form": "eq19", "level": 0.95, **(self.data.get("scoring") or {})}
+
+    def recipe_sha256(self) -> str:
+        """sha256 of what every adapter shares: task grid, budgets' sizes, recipe, seeds.
+
+        Per-adapter settings are left out (adding one for a new adapter must not invalidate
+        the others' submissions); validation checks them point by point instead.
+        """
+        recipe = {k: self.data.get(k) for k in RECIPE_KEYS if k != "adapters"}
+        recipe["budgets"] = [{"name": b["name"], "model": b["model"]} for b in self.budgets]
+        return sha256_of(recipe)
+
+    def points(self) -> list[dict]:
+        """The grid: one dict per (budget, N_f, lr, seed), in a fixed order."""
+        return [{"budget": b["name"], "num_facts": nf, "lr": lr, "seed": seed}
+                for b in self.budgets for nf in self.num_facts for lr in self.lrs
+                for seed in self.seeds]
+
+    def budget(self, name: str) -> dict:
+        for b in self.budgets:
+            if b["name"] == name:
+                return b
+        raise ConfigError(f"suite {self.name}: no budget named {name!r}")
+
+    def point_config(self, adapter: str, point: Mapping, model_extra: Mapping | None = None
+                     ) -> dict:
+        """The raw run config of one point for one adapter (what `leaderboard run` runs)."""
+        b = self.budget(point["budget"])
+        model = {"adapter": adapter, **copy.deepcopy((self.data.get("adapters") or {}).get(adapter) or {}),
+                 **copy.deepcopy(b["model"]),
+                 **copy.deepcopy((b.get("adapters") or {}).get(adapter) or {}),
+                 **copy.deepcopy(dict(model_extra or {}))}
+        train = {**copy.deepcopy(self.data.get("train") or {}), "lr": point["lr"],
+                 "seed": point["seed"], "progress": False}
+        if self.data.get("device") is not None:
+            train["device"] = self.data["device"]
+        if self.data.get("threads") is not None:
+            train["threads"] = self.data["threads"]
+        task = {**copy.deepcopy(self.data["task"]), "num_facts": point["num_facts"]}
+        return {"task": task, "model": model, "train": train}
+
+    def fixed_values(self, adapter: str, point: Mapping) -> dict:
+        """The keys the suite fixes for a point (execution keys left out): what must match."""
+        return strip_execution(self.point_config(adapter, point))
+
+
+# -- checking suite.yaml ----------------------------------------------------------------
+
+def _check_header(data: Any, where: str, directory: Path) -> None:
+    """Schema, known keys, and a name equal to the folder's."""
+    need(isinstance(data, dict), where, "must be a mapping")
+    need(data.get("schema") == SUITE_SCHEMA, where,
+         f"schema must be {SUITE_SCHEMA!r} (got {data.get('schema')!r})")
+    unknown = sorted(set(data) - SUITE_KEYS)
+    need(not unknown, where, f"unknown key {unknown[0] if unknown else ''!r}; allowed: "
+         f"{', '.join(sorted(SUITE_KEYS))}")
+    check_name(data.get("name"), f"{where}: name")
+    need(data["name"] == directory.name, where,
+         f"name {data['name']!r} must equal its folder name {directory.name!r}")
+
+
+def _check_task(data: Mapping, where: str) -> None:
+    task = data.get("task")
+    need(isinstance(task, dict) and isinstance(task.get("name"), str), where,
+         "task must be a mapping with a name")
+    need("num_facts" not in task, where, "task.num_facts is the grid: use the top-level num_facts list")
+    nf = data.get("num_facts")
+    need(isinstance(nf, list) and nf and all(is_int(x) and x > 0 for x in nf)
+         and len(set(nf)) == len(nf), where, "num_facts must be a list of distinct positive integers")
+
+
+def _check_budgets(data: Mapping, where: str) -> None:
+    budgets = data.get("budgets")
+    need(isinstance(budgets, list) and budgets, where, "budgets must be a non-empty list")
+    names = []
+    for i, b in enumerate(budgets):
+        bw = f"{where}: budgets[{i}]"
+        need(isinstance(b, dict), bw, "must be a mapping with name and model")
+        names.append(check_name(b.get("name"), f"{bw}.name"))
+        need(isinstance(b.get("model"), dict) and b["model"], bw, "model must be a non-empty mapping")
+        need("adapter" not in b["model"], bw, "model.adapter is chosen per run, not by the budget")
+        need(isinstance(b.get("adapters") or {}, dict), bw, "adapters must be a mapping")
+        need(set(b) <= SUITE_BUDGET_KEYS, bw, f"unknown key(s) {sorted(set(b) - SUITE_BUDGET_KEYS)}")
+    need(len(set(names)) == len(names), where, "budget names must be distinct")
+
+
+def _check_recipe(data: Mapping, where: str) -> None:
+    """Per-adapter settings, train, the lr and seed grid, tolerance and scoring."""
+    need(isinstance(data.get("adapters") or {}, dict), where, "adapters must be a mapping")
+    need(isinstance(data.get("train") or {}, dict), where, "train must be a mapping")
+    for k in ("lr", "seed"):
+        need(k not in (data.get("train") or {}), where, f"train.{k} is the grid: use the top-level "
+             f"{'lr' if k == 'lr' else 'seeds'} list")
+    lr = data.get("lr")
+    lrs = lr if isinstance(lr, list) else [lr]
+    need(lrs and all(is_num(x) and x > 0 for x in lrs), where, "lr must be a number or a list of numbers > 0")
+    seeds = data.get("seeds")
+    need(isinstance(seeds, list) and seeds and all(is_int(s) and s >= 0 for s in seeds)
+         and len(set(seeds)) == len(seeds), where, "seeds must be a list of distinct integers >= 0")
+    tol = (data.get("tolerance") or {}).get("accuracy", 0.02)
+    need(is_num(tol) and 0 <= tol <= 1, where, "tolerance.accuracy must be in [0, 1]")
+    need(isinstance(data.get("scoring") or {}, dict)
+         and set(data.get("scoring") or {}) <= {"delta", "form", "level"}, where,
+         "scoring may set delta, form and level only")
+
+
+def load_suite(path: str | Path) -> Suite:
+    """A suite from its folder (or its suite.yaml)."""
+    path = Path(path)
+    if path.is_dir():
+        directory, file = path, path / SUITE_FILE
+    else:
+        directory, file = path.parent, path
+    if not file.is_file():
+        raise ConfigError(f"suite {path}: no {SUITE_FILE} found")
+    data = read_yaml_data(file, "suite", MAX_SUITE_BYTES)
+    where = f"suite {file}"
+    _check_header(data, where, directory.resolve())
+    _check_task(data, where)
+    _check_budgets(data, where)
+    _check_recipe(data, where)
+    return Suite(data, directory)
+
+
+# -- the folder layout ------------------------------------------------------------------
+
+def submission_files(suite_dir: str | Path) -> list[Path]:
+    d = Path(suite_dir) / SUBMISSIONS_DIR
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if p.suffix in (".yaml", ".yml"))
+
+
+def suite_dirs(root: str | Path) -> list[Path]:
+    root = Path(root)
+    return sorted(p for p in root.iterdir() if (p / SUITE_FILE).is_file()) if root.is_dir() else []
