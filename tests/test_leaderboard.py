@@ -2,18 +2,21 @@
 safety of reading submissions (size limit, safe YAML, hashes, paths, Fano bound).
 
 Tiny suites in tmp_path use the `designed` adapter (fixed weights, no training), so a
-whole suite runs in seconds.  The last tests check the committed leaderboards/ folder:
+whole suite runs in seconds; it is built once and each test works on its own copy in
+its tmp_path.  The last tests check the committed leaderboards/ folder:
 every submission validates and every rendered README is up to date.
 """
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
 from recallbench import leaderboard as lb
+from recallbench.api.canonical import config_hash
 from recallbench.api.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,22 +48,30 @@ def _run(cfg, progress=False):
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """A tiny suite folder, a store holding its `designed` runs, and a valid submission."""
+def tiny_built(tmp_path_factory):
+    """Built once: a tiny suite folder, a store of its `designed` runs, a valid submission."""
     root = tmp_path_factory.mktemp("lb")
     suite_dir = root / "leaderboards" / "tiny"
     suite_dir.mkdir(parents=True)
     (suite_dir / "suite.yaml").write_text(TINY_SUITE)
     suite = lb.load_suite(suite_dir)
-    store = root / "store"
-    counts = lb.run_suite(suite, "designed", store, log=lambda m: None)
+    counts = lb.run_suite(suite, "designed", root / "store", log=lambda m: None)
     assert counts == {"points": 6, "skipped": 0, "ran": 6, "failed": 0}
-    from recallbench.law.scorer import load_records
+    sub = lb.build_submission(suite, lb.load_store_records([root / "store"]), "designed-ref")
+    lb.write_submission(sub, suite_dir / "submissions" / "designed-ref.yaml")
+    return root, sub
 
-    sub = lb.build_submission(suite, load_records(store), "designed-ref")
-    path = lb.write_submission(sub, suite_dir / "submissions" / "designed-ref.yaml")
-    return {"root": root, "suite_dir": suite_dir, "suite": suite, "store": store, "path": path,
-            "sub": sub}
+
+@pytest.fixture
+def tiny(tiny_built, tmp_path):
+    """This test's own copy of the tiny suite folder, store and submission."""
+    built, sub = tiny_built
+    root = tmp_path / "lb"
+    shutil.copytree(built, root)
+    suite_dir = root / "leaderboards" / "tiny"
+    return {"root": root, "suite_dir": suite_dir, "suite": lb.load_suite(suite_dir),
+            "store": root / "store", "path": suite_dir / "submissions" / "designed-ref.yaml",
+            "sub": copy.deepcopy(sub)}
 
 
 def _write(tiny, name: str, data, raw: str | None = None, rehash: bool = True) -> Path:
@@ -156,7 +167,6 @@ def test_submit_and_validate_cli(tiny, cli):
     rc, _, err = cli("submit", "--suite", str(tiny["suite_dir"]), "--store", str(tiny["store"]),
                      "--model-name", "cli-made", "--out", str(out))
     assert rc == 2 and "exists" in err
-    out.unlink()
 
 
 def test_submit_rejects_incomplete_store(tiny, tmp_path, cli):
@@ -171,61 +181,59 @@ def test_submit_rejects_incomplete_store(tiny, tmp_path, cli):
 
 # -- rejected submissions ---------------------------------------------------------------
 
-def test_tampered_counts_fail_the_content_hash(tiny):
+def _edited(tiny, edit, name: str = "bad.yaml", rehash: bool = True) -> Path:
+    """The valid submission changed in place by ``edit``, written to submissions/NAME."""
     data = copy.deepcopy(tiny["sub"])
-    data["budgets"][0]["points"][0]["correct"] -= 1
-    path = _write(tiny, "tampered.yaml", data, rehash=False)
+    edit(data)
+    return _write(tiny, name, data, rehash=rehash)
+
+
+def _point(data, j: int = 0) -> dict:
+    return data["budgets"][0]["points"][j]
+
+
+def test_tampered_counts_fail_the_content_hash(tiny):
+    path = _edited(tiny, lambda d: _point(d).update(correct=_point(d)["correct"] - 1), rehash=False)
     _reject(path, "content sha256 mismatch")
-    path.unlink()
 
 
 def test_tampered_config_fails_the_config_hash(tiny):
-    data = copy.deepcopy(tiny["sub"])
-    data["budgets"][0]["config"]["train"]["batch_size"] = 9  # sha recomputed, config hash not
-    path = _write(tiny, "tampered.yaml", data)
+    # the content sha256 is recomputed, the config hashes are not
+    path = _edited(tiny, lambda d: d["budgets"][0]["config"]["train"].update(batch_size=9))
     _reject(path, "config_hash does not match")
-    data = copy.deepcopy(tiny["sub"])
-    data["model"]["config"]["d_conv"] = 4
-    path = _write(tiny, "tampered.yaml", data)
+    path = _edited(tiny, lambda d: d["model"]["config"].update(d_conv=4))
     _reject(path, "model.config_hash does not match")
-    path.unlink()
 
 
-def test_off_suite_and_missing_points(tiny):
-    data = copy.deepcopy(tiny["sub"])
-    data["budgets"][0]["points"].pop()
-    path = _write(tiny, "bad.yaml", data)
-    _reject(path, "missing")
-    data = copy.deepcopy(tiny["sub"])
-    data["budgets"][0]["points"][0]["seed"] = 7
-    path = _write(tiny, "bad.yaml", data)
-    _reject(path, "not a point of suite")
-    data = copy.deepcopy(tiny["sub"])  # one point with another model config
-    p = data["budgets"][0]["points"][1]
+def _other_model_config_in_one_point(data) -> None:
+    p = _point(data, 1)
     p["delta"] = {**p["delta"], "model": {"d_conv": 3}}
-    p["config_hash"] = lb.config_hash(lb.merge_config(data["budgets"][0]["config"], p["delta"]))
-    path = _write(tiny, "bad.yaml", data)
-    _reject(path, "model.d_conv differs between the points")
-    data = copy.deepcopy(tiny["sub"])  # a consistent config that departs from the recipe
+    p["config_hash"] = config_hash(lb.merge_config(data["budgets"][0]["config"], p["delta"]))
+
+
+def _consistent_config_off_the_recipe(data) -> None:
     b = data["budgets"][0]
     for p in b["points"]:
         full = lb.merge_config(b["config"], p.get("delta") or {})
         full["train"]["max_steps"] = 5
-        p["config_hash"] = lb.config_hash(full)
+        p["config_hash"] = config_hash(full)
     b["config"]["train"]["max_steps"] = 5
-    path = _write(tiny, "bad.yaml", data)
-    _reject(path, "does not follow the suite: train.max_steps")
-    path.unlink()
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d["budgets"][0]["points"].pop(), "missing"),
+    (lambda d: _point(d).update(seed=7), "not a point of suite"),
+    (_other_model_config_in_one_point, "model.d_conv differs between the points"),
+    (_consistent_config_off_the_recipe, "does not follow the suite: train.max_steps"),
+])
+def test_off_suite_and_missing_points(tiny, edit, match):
+    _reject(_edited(tiny, edit), match)
 
 
 def test_fano_impossible_submission_is_rejected(tiny):
-    data = copy.deepcopy(tiny["sub"])
-    data["budgets"][0]["state_size"] = 1
-    data["budgets"][0]["state_bits"] = 1
-    path = _write(tiny, "leak.yaml", data)
+    path = _edited(tiny, lambda d: d["budgets"][0].update(state_size=1, state_bits=1))
     msg = _reject(path, "IMPOSSIBLE")
     assert "Fano" in msg
-    path.unlink()
 
 
 def test_python_tag_is_rejected(tiny):
@@ -236,7 +244,6 @@ def test_python_tag_is_rejected(tiny):
     assert "python/object" in msg
     path.write_text("a: !!python/object:recallbench.leaderboard.Suite {}\n")
     _reject(path, "no Python tags")
-    path.unlink()
 
 
 def test_aliases_malformed_and_non_mapping(tiny):
@@ -252,23 +259,21 @@ def test_aliases_malformed_and_non_mapping(tiny):
     del data["environment"]
     _write(tiny, "odd.yaml", data)
     _reject(path, "missing field 'environment'")
-    path.unlink()
 
 
 def test_oversized_submission_is_rejected_before_parsing(tiny, monkeypatch):
     path = tiny["suite_dir"] / "submissions" / "big.yaml"
     path.write_text("x: " + "a" * (lb.MAX_BYTES + 10) + "\n")
     parsed = []
-    real_load = lb.yaml.load
+    real_load = yaml.load
 
     def spy(text, *a, **k):
         parsed.append(text[:5])
         return real_load(text, *a, **k)
 
-    monkeypatch.setattr(lb.yaml, "load", spy)
+    monkeypatch.setattr(yaml, "load", spy)
     msg = _reject(path, "larger than the 1048576-byte limit")
     assert "x: aa" not in parsed and "bytes" in msg  # only the suite was parsed
-    path.unlink()
 
 
 def test_paths_must_stay_inside_the_leaderboard(tiny, tmp_path):
@@ -281,35 +286,21 @@ def test_paths_must_stay_inside_the_leaderboard(tiny, tmp_path):
     stray.write_text(tiny["path"].read_text())
     _reject(stray, "submissions must live in")
     _reject(stray, "not inside", suite_dir=tiny["suite_dir"])
-    stray.unlink()
     for bad, match in [("../../etc/passwd", r"escapes the leaderboard folder \('\.\.'\)"),
                        ("/etc/passwd", "absolute path"), ("C:/x", "absolute path")]:
-        data = copy.deepcopy(tiny["sub"])
-        data["artifacts"] = [bad]
-        path = _write(tiny, "paths.yaml", data)
-        _reject(path, match)
-    data = copy.deepcopy(tiny["sub"])
-    data["suite"] = "../tiny"
-    path = _write(tiny, "paths.yaml", data)
-    _reject(path, "not a plain name")
-    data = copy.deepcopy(tiny["sub"])
-    data["model"]["name"] = "../../x"
-    path = _write(tiny, "paths.yaml", data)
-    _reject(path, "not a plain name")
-    path.unlink()
+        _reject(_edited(tiny, lambda d: d.update(artifacts=[bad])), match)
+    _reject(_edited(tiny, lambda d: d.update(suite="../tiny")), "not a plain name")
+    _reject(_edited(tiny, lambda d: d["model"].update(name="../../x")), "not a plain name")
     with pytest.raises(ConfigError, match="not a plain name"):
         lb.build_submission(tiny["suite"], [], "../escape")
 
 
 def test_validate_cli_reports_one_line_per_bad_file(tiny, cli):
-    data = copy.deepcopy(tiny["sub"])
-    data["budgets"][0]["points"][0]["total"] += 1
-    path = _write(tiny, "tampered.yaml", data, rehash=False)
+    path = _edited(tiny, lambda d: _point(d).update(total=_point(d)["total"] + 1), rehash=False)
     rc, out, err = cli("leaderboard", "validate", str(path), str(tiny["path"]))
     assert rc == 2
     assert "INVALID" in out and "sha256 mismatch" in out and "ok " in out
     assert err.strip() == "recallbench: error: 1 of 2 submission(s) invalid"
-    path.unlink()
 
 
 # -- verify -----------------------------------------------------------------------------
@@ -350,7 +341,6 @@ def test_render_and_check(tiny, cli):
     (d / "README.md").write_text(readme + "\nedited\n")
     rc, out, _ = cli("leaderboard", "render", str(d), "--check")
     assert rc == 1 and "stale" in out
-    (d / "README.md").write_text(readme)
 
 
 def test_leaderboard_rows_rank_by_capacity_per_bit(tiny):
