@@ -37,10 +37,9 @@ def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Map
     from recallbench.api.config import resolve
     from recallbench.api.errors import UnavailableError
     from recallbench.api.registry import ADAPTERS
-    from recallbench.api.record import failed_record
+    from recallbench.runs.driver import Job, drive
+    from recallbench.runs.executors import InProcess
 
-    if runner is None:
-        from recallbench.harness.train import run as runner
     ADAPTERS.require(adapter, where=f"suite {suite.name}")
     store = Path(store)
     done = read_store(store).hashes("ok") if Path(store).exists() else set()
@@ -48,7 +47,7 @@ def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Map
     for p in suite.points():
         cfg = resolve(suite.point_config(adapter, p, model_extra))
         if cfg.hash() not in done:
-            todo.append((p, cfg))
+            todo.append(Job(cfg, tag=p))
     counts = {"points": len(suite.points()), "skipped": len(suite.points()) - len(todo), "ran": 0,
               "failed": 0}
     if limit is not None:
@@ -57,25 +56,20 @@ def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Map
         f"{counts['skipped']} already in {store}, {len(todo)} to run")
     if not todo:
         return counts
+    def show(job, record, tally) -> None:
+        p = job.tag
+        if record.get("status") == "ok":
+            msg = f"accuracy {record['accuracy']:.4f} ({record['correct']}/{record['total']})"
+        else:
+            msg = f"FAILED: {record.get('error')}"
+        log(f"[{tally.ran}/{len(todo)}] {p['budget']} N_f={p['num_facts']} lr={p['lr']:g} "
+            f"seed={p['seed']}: {msg} in {tally.lap:.1f}s")
+
+    # a run that crashes is data (a failed record); a user error or a missing dependency stops
+    executor = InProcess(runner=runner, reraise=(ConfigError, UnavailableError))
     with Store(store) as out:
-        for i, (p, cfg) in enumerate(todo, 1):
-            t0 = time.perf_counter()
-            try:
-                record = runner(cfg, progress=False)
-            except (ConfigError, UnavailableError):
-                raise
-            except Exception as exc:  # noqa: BLE001 (a run that crashes is data: a failed record)
-                first = str(exc).splitlines()[0] if str(exc) else ""
-                record = failed_record(cfg, f"{type(exc).__name__}: {first}")
-            out.append(record)
-            if record.get("status") == "ok":
-                counts["ran"] += 1
-                msg = f"accuracy {record['accuracy']:.4f} ({record['correct']}/{record['total']})"
-            else:
-                counts["failed"] += 1
-                msg = f"FAILED: {record.get('error')}"
-            log(f"[{i}/{len(todo)}] {p['budget']} N_f={p['num_facts']} lr={p['lr']:g} "
-                f"seed={p['seed']}: {msg} in {time.perf_counter() - t0:.1f}s")
+        tally = drive([[job] for job in todo], executor, out, show)
+    counts.update(ran=tally.ok, failed=tally.failed)
     return counts
 
 
