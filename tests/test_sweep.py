@@ -14,7 +14,8 @@ from torch import nn
 
 from recallbench.api.errors import ConfigError
 from recallbench.runs.store import read_store
-from recallbench.runs.sweep import Condition, Sweep, parse_shard, shard_points
+from recallbench.runs.filters import Condition
+from recallbench.runs.sweep import Sweep, parse_shard, shard_points
 
 TASK = {"name": "mqar", "vocab_size": 32, "seq_len": 16, "num_facts": 4}
 TRAIN = {"max_steps": 5, "val_every": 5, "val_size": 16, "test_size": 16, "batch_size": 16,

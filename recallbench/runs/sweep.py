@@ -27,147 +27,25 @@ before any work with one line naming the point's axis values.  Points are keyed 
 ``config_hash``; two points with the same hash (an axis over an unhashed key such as
 ``train.threads``) are counted once.
 
-Filters are parsed by a tiny parser (a key, a comparison operator, a key or a literal);
-nothing in a sweep file is evaluated as code.
+Filters are parsed by a tiny parser (:mod:`recallbench.runs.filters`); nothing in a sweep
+file is evaluated as code.
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import operator
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from recallbench.api.canonical import set_dotted
 from recallbench.api.config import DEFAULT_TASK, SECTIONS, ModelConfig, RunConfig, TrainConfig, load_yaml, resolve
 from recallbench.api.errors import ConfigError
+from recallbench.runs.filters import KEY, AnyOf, Condition, parse_filter
 
 TOP_KEYS = ("base", "axes", "zip", "skip", "where", "name", "description")
 SKIP_RULES = ("n_gt_d", "seq_len_lt_4nf")
-OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
-    "<": operator.lt, ">": operator.gt,
-}
-_KEY = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+"
-_COND = re.compile(r"^\s*(\S+?)\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
-_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-
-
-# -- filters ----------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Operand:
-    key: str | None = None  # a dotted config key, or
-    value: Any = None  # a literal (number, string, true/false/null)
-
-    def get(self, view: Mapping[str, Any]) -> Any:
-        return lookup(view, self.key) if self.key is not None else self.value
-
-    def __str__(self) -> str:
-        return self.key if self.key is not None else repr(self.value)
-
-
-@dataclasses.dataclass(frozen=True)
-class Condition:
-    """``left OP right``: parsed from text, evaluated on a config mapping."""
-
-    text: str
-    left: Operand
-    op: str
-    right: Operand
-
-    @classmethod
-    def parse(cls, text: Any, where: str = "where") -> "Condition":
-        if not isinstance(text, str):
-            raise ConfigError(f"{where}: {text!r} is not allowed: expected a string "
-                              "'KEY OP KEY|NUMBER', e.g. 'model.d_state <= model.d_model'")
-        m = _COND.match(text)
-        if not m:
-            raise ConfigError(f"{where}: {text!r} is not a comparison: expected 'KEY OP KEY|NUMBER' "
-                              f"with OP one of {' '.join(OPS)}, e.g. 'model.d_state <= model.d_model'")
-        left, op, right = _operand(m.group(1), text, where), m.group(2), _operand(m.group(3), text, where)
-        if left.key is None and right.key is None:
-            raise ConfigError(f"{where}: {text!r} compares two literals; one side must be a "
-                              "config key such as model.d_model")
-        return cls(text.strip(), left, op, right)
-
-    def holds(self, view: Mapping[str, Any]) -> bool:
-        a, b = self.left.get(view), self.right.get(view)
-        if self.op in ("==", "!="):
-            return OPS[self.op](a, b)
-        numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b))
-        if not (numeric or (isinstance(a, str) and isinstance(b, str))):
-            raise ConfigError(f"where {self.text!r}: cannot order {a!r} and {b!r} "
-                              f"({self.left} vs {self.right})")
-        return OPS[self.op](a, b)
-
-
-@dataclasses.dataclass(frozen=True)
-class AnyOf:
-    """``{any: [cond, ...]}`` in ``where``: holds when at least one of its conditions does."""
-
-    conditions: tuple[Condition, ...]
-
-    @property
-    def text(self) -> str:
-        return "any(" + "; ".join(c.text for c in self.conditions) + ")"
-
-    def holds(self, view: Mapping[str, Any]) -> bool:
-        return any(c.holds(view) for c in self.conditions)
-
-
-def parse_filter(item: Any, where: str) -> Condition | AnyOf:
-    """A ``where`` entry: a comparison string, or ``{any: [comparison, ...]}``."""
-    if isinstance(item, Mapping):
-        if set(item) != {"any"} or not isinstance(item["any"], list) or not item["any"]:
-            raise ConfigError(f"{where}: {dict(item)!r} is not allowed: a comparison string or "
-                              "{any: [comparison, ...]}")
-        return AnyOf(tuple(Condition.parse(t, f"{where}.any[{i}]") for i, t in enumerate(item["any"])))
-    return Condition.parse(item, where)
-
-
-def _operand(token: str, text: str, where: str) -> Operand:
-    if re.fullmatch(_KEY, token):
-        section = token.split(".", 1)[0]
-        if section not in SECTIONS:
-            raise ConfigError(f"{where}: {text!r}: {token!r} is not a config key "
-                              f"(sections: {', '.join(SECTIONS)})")
-        return Operand(key=token)
-    if _NUMBER.match(token):
-        num = float(token)
-        return Operand(value=int(num) if num.is_integer() and re.fullmatch(r"[+-]?\d+", token) else num)
-    low = token.lower()
-    if low in ("true", "false"):
-        return Operand(value=low == "true")
-    if low in ("null", "none"):
-        return Operand(value=None)
-    if len(token) >= 2 and token[0] == token[-1] and token[0] in "'\"":
-        return Operand(value=token[1:-1])
-    if re.fullmatch(r"[A-Za-z0-9_\-]+", token):
-        return Operand(value=token)  # a bare word, e.g. an adapter name
-    raise ConfigError(f"{where}: {text!r}: cannot read {token!r} (a config key, a number, "
-                      "true/false/null or a word)")
-
-
-_MISSING = object()
-
-
-def lookup(view: Mapping[str, Any], key: str) -> Any:
-    """The value at a dotted key of a nested mapping; ConfigError if there is no such key."""
-    node: Any = view
-    parts = key.split(".")
-    for i, part in enumerate(parts):
-        if not isinstance(node, Mapping):
-            raise ConfigError(f"{key} is not a config key ({'.'.join(parts[:i])} is not a mapping)")
-        nxt = node.get(part, _MISSING)
-        if nxt is _MISSING:
-            if i >= 2:  # inside a free-form mapping such as model.options: absent = unset
-                return None
-            raise ConfigError(f"{key} is not a config key")
-        node = nxt
-    return node
 
 
 # -- skip rules ---------------------------------------------------------------------------
@@ -312,73 +190,16 @@ class Sweep:
         for key in data:
             if key not in TOP_KEYS:
                 raise ConfigError(f"sweep {name}: unknown key {key!r}; allowed: {', '.join(TOP_KEYS)}")
-        base = data.get("base") or {}
-        if not isinstance(base, Mapping):
-            raise ConfigError(f"sweep {name}: base must be a run config (sections task, model, train)")
-        for section, values in base.items():
-            if section not in SECTIONS:
-                raise ConfigError(f"sweep {name}: base: unknown section {section!r}; "
-                                  f"allowed: {', '.join(SECTIONS)}")
-            if values is not None and not isinstance(values, Mapping):
-                raise ConfigError(f"sweep {name}: base.{section} must be a mapping")
-        axes_raw = data.get("axes") or {}
-        if not isinstance(axes_raw, Mapping):
-            raise ConfigError(f"sweep {name}: axes must map dotted keys to lists of values")
-        axes: dict[str, list] = {}
-        for key, values in axes_raw.items():
-            if not isinstance(key, str) or not re.fullmatch(_KEY, key):
-                raise ConfigError(f"sweep {name}: axis {key!r} is not a dotted config key "
-                                  "such as model.d_model")
-            if key.split(".", 1)[0] not in SECTIONS:
-                raise ConfigError(f"sweep {name}: axis {key}: unknown section "
-                                  f"{key.split('.', 1)[0]!r}; allowed: {', '.join(SECTIONS)}")
-            if not isinstance(values, list) or not values:
-                raise ConfigError(f"sweep {name}: axis {key} = {values!r} is not allowed: "
-                                  "expected a non-empty list of values")
-            axes[key] = list(values)
-        zips_raw = data.get("zip") or []
-        if not isinstance(zips_raw, list) or not all(isinstance(g, list) for g in zips_raw):
-            raise ConfigError(f"sweep {name}: zip must be a list of lists of axis names, "
-                              "e.g. [[model.n_layers, model.d_state]]")
-        zips, seen = [], set()
-        for group in zips_raw:
-            if len(group) < 2:
-                raise ConfigError(f"sweep {name}: zip group {group} needs at least two axes")
-            for key in group:
-                if key not in axes:
-                    raise ConfigError(f"sweep {name}: zip names {key!r}, which is not an axis")
-                if key in seen:
-                    raise ConfigError(f"sweep {name}: axis {key} is in two zip groups")
-                seen.add(key)
-            lengths = {len(axes[k]) for k in group}
-            if len(lengths) > 1:
-                sizes = ", ".join(f"{k}: {len(axes[k])}" for k in group)
-                raise ConfigError(f"sweep {name}: zipped axes must have equal lengths ({sizes})")
-            zips.append(list(group))
-        skip_raw = data.get("skip", {})
-        if skip_raw is None or skip_raw is True:
-            skip_raw = {}
-        if skip_raw is False:
-            skip_raw = {r: False for r in SKIP_RULES}
-        if not isinstance(skip_raw, Mapping):
-            raise ConfigError(f"sweep {name}: skip must map rule names ({', '.join(SKIP_RULES)}) "
-                              "to true/false")
-        skip = {r: True for r in SKIP_RULES}
-        for rule, on in skip_raw.items():
-            if rule not in SKIP_RULES:
-                raise ConfigError(f"sweep {name}: unknown skip rule {rule!r}; "
-                                  f"known: {', '.join(SKIP_RULES)}")
-            if not isinstance(on, bool):
-                raise ConfigError(f"sweep {name}: skip.{rule} = {on!r} is not allowed: "
-                                  "expected true or false")
-            skip[rule] = on
+        base = _parse_base(data.get("base") or {}, name)
+        axes = _parse_axes(data.get("axes") or {}, name)
+        zips = _parse_zip(data.get("zip") or [], axes, name)
+        skip = _parse_skip(data.get("skip", {}), name)
         where_raw = data.get("where") or []
         if isinstance(where_raw, str):
             where_raw = [where_raw]
         if not isinstance(where_raw, list):
             raise ConfigError(f"sweep {name}: where must be a list of comparisons")
         where = [parse_filter(t, f"sweep {name}: where[{i}]") for i, t in enumerate(where_raw)]
-        base = {s: dict(v or {}) for s, v in base.items()}
         return cls(base=base, axes=axes, zip=zips, skip=skip, where=where,
                    name=str(data.get("name") or name), path=path)
 
@@ -453,6 +274,78 @@ class Sweep:
             seen.add(point.hash)
             points.append(point)
         return Expansion(points, grid, skipped, duplicates)
+
+
+def _parse_base(base: Any, name: str) -> dict[str, dict]:
+    if not isinstance(base, Mapping):
+        raise ConfigError(f"sweep {name}: base must be a run config (sections task, model, train)")
+    for section, values in base.items():
+        if section not in SECTIONS:
+            raise ConfigError(f"sweep {name}: base: unknown section {section!r}; "
+                              f"allowed: {', '.join(SECTIONS)}")
+        if values is not None and not isinstance(values, Mapping):
+            raise ConfigError(f"sweep {name}: base.{section} must be a mapping")
+    return {s: dict(v or {}) for s, v in base.items()}
+
+
+def _parse_axes(axes_raw: Any, name: str) -> dict[str, list]:
+    if not isinstance(axes_raw, Mapping):
+        raise ConfigError(f"sweep {name}: axes must map dotted keys to lists of values")
+    axes: dict[str, list] = {}
+    for key, values in axes_raw.items():
+        if not isinstance(key, str) or not re.fullmatch(KEY, key):
+            raise ConfigError(f"sweep {name}: axis {key!r} is not a dotted config key "
+                              "such as model.d_model")
+        if key.split(".", 1)[0] not in SECTIONS:
+            raise ConfigError(f"sweep {name}: axis {key}: unknown section "
+                              f"{key.split('.', 1)[0]!r}; allowed: {', '.join(SECTIONS)}")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"sweep {name}: axis {key} = {values!r} is not allowed: "
+                              "expected a non-empty list of values")
+        axes[key] = list(values)
+    return axes
+
+
+def _parse_zip(zips_raw: Any, axes: Mapping[str, list], name: str) -> list[list[str]]:
+    if not isinstance(zips_raw, list) or not all(isinstance(g, list) for g in zips_raw):
+        raise ConfigError(f"sweep {name}: zip must be a list of lists of axis names, "
+                          "e.g. [[model.n_layers, model.d_state]]")
+    zips, seen = [], set()
+    for group in zips_raw:
+        if len(group) < 2:
+            raise ConfigError(f"sweep {name}: zip group {group} needs at least two axes")
+        for key in group:
+            if key not in axes:
+                raise ConfigError(f"sweep {name}: zip names {key!r}, which is not an axis")
+            if key in seen:
+                raise ConfigError(f"sweep {name}: axis {key} is in two zip groups")
+            seen.add(key)
+        lengths = {len(axes[k]) for k in group}
+        if len(lengths) > 1:
+            sizes = ", ".join(f"{k}: {len(axes[k])}" for k in group)
+            raise ConfigError(f"sweep {name}: zipped axes must have equal lengths ({sizes})")
+        zips.append(list(group))
+    return zips
+
+
+def _parse_skip(skip_raw: Any, name: str) -> dict[str, bool]:
+    if skip_raw is None or skip_raw is True:
+        skip_raw = {}
+    if skip_raw is False:
+        skip_raw = {r: False for r in SKIP_RULES}
+    if not isinstance(skip_raw, Mapping):
+        raise ConfigError(f"sweep {name}: skip must map rule names ({', '.join(SKIP_RULES)}) "
+                          "to true/false")
+    skip = {r: True for r in SKIP_RULES}
+    for rule, on in skip_raw.items():
+        if rule not in SKIP_RULES:
+            raise ConfigError(f"sweep {name}: unknown skip rule {rule!r}; "
+                              f"known: {', '.join(SKIP_RULES)}")
+        if not isinstance(on, bool):
+            raise ConfigError(f"sweep {name}: skip.{rule} = {on!r} is not allowed: "
+                              "expected true or false")
+        skip[rule] = on
+    return skip
 
 
 def load_sweep(path: str | Path) -> Sweep:
