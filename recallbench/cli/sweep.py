@@ -75,39 +75,11 @@ def _skips(skipped: Counter) -> str:
 
 
 def command(args) -> int:
-    from recallbench.runs import store as store_mod
     from recallbench.runs.sweep import load_sweep, parse_shard, shard_points
 
     if args.merge:
-        if args.sweep:
-            raise ConfigError("--merge takes stores, not a sweep file; "
-                              "use: recallbench sweep --merge SRC... --store DST")
-        if not args.store:
-            raise ConfigError("--merge needs --store DST (the store to merge into)")
-        c = store_mod.merge_stores(args.merge, args.store)
-        total = store_mod.read_store(args.store)
-        print(f"merged {c['sources']} sources ({c['read']} records, {c['duplicates']} duplicates "
-              f"within them) into {args.store}: {c['added']} added, {c['already']} already there; "
-              f"the store now holds {len(total.records)} points "
-              f"({len(total.hashes('ok'))} ok, {len(total.hashes('failed'))} failed)")
-        return 0
-    if not args.sweep:
-        raise ConfigError("sweep needs a SWEEP.yaml (or --merge SRC... --store DST)")
-    for flag, value in (("--limit", args.limit), ("--ensemble", args.ensemble),
-                        ("--workers", args.workers), ("--threads-per-worker", args.threads_per_worker)):
-        if value is not None and value < (0 if flag == "--limit" else 1):
-            raise ConfigError(f"{flag} {value} is not allowed: must be >= "
-                              f"{0 if flag == '--limit' else 1}")
-    if args.address and args.executor != "ray":
-        raise ConfigError("--address is for --executor ray")
-    if args.adaptive:
-        if args.shard or args.limit is not None:
-            raise ConfigError("--adaptive chooses its own runs: it does not combine with "
-                              "--shard or --limit")
-        if not 0.0 < args.tol < 1.0:
-            raise ConfigError(f"--tol {args.tol} is not allowed: must be in (0, 1)")
-        if args.max_runs < 2:
-            raise ConfigError(f"--max-runs {args.max_runs} is not allowed: must be >= 2")
+        return _merge(args)
+    _check_arguments(args)
     shard = parse_shard(args.shard)
     sweep = load_sweep(args.sweep)
     exp = sweep.expand()  # every point resolved: a bad value stops here, before any work
@@ -125,38 +97,83 @@ def command(args) -> int:
 
         load_ensemble()  # a clear error now, not after the store is opened
     _check_available(points, args.executor)
-    from recallbench.runs.executors import make_executor
-    from recallbench.runs.grid_sweep import run_sweep
-
     if args.adaptive:
         from recallbench.runs.adaptive_sweep import candidates
 
         candidates(points)  # a sweep the search cannot use stops here, before any work
+    from recallbench.runs.executors import make_executor
+
     executor = make_executor(args.executor, workers=args.workers, address=args.address,
                              threads=args.threads_per_worker, ensemble=bool(args.ensemble))
-    echo = lambda line: print(line, flush=True)  # noqa: E731
     try:
-        st = store_mod.Store(args.store, shard)
-        st.open()  # takes the writer lock: a second driver on the same file stops here
-        try:
-            if args.adaptive:
-                from recallbench.runs.adaptive_sweep import run_adaptive
-
-                counts = run_adaptive(points, st, executor, tol=args.tol,
-                                      max_runs=args.max_runs, stop=args.stop, echo=echo,
-                                      header=header)["counts"]
-            else:
-                counts = run_sweep(points, st, executor, retry_failed=args.retry_failed,
-                                   limit=args.limit, ensemble=args.ensemble, echo=echo,
-                                   header=header)
-        except KeyboardInterrupt:
-            print(f"recallbench: interrupted; the points that finished are in {args.store}, "
-                  f"and the same command resumes from there", file=sys.stderr, flush=True)
-            return 130
-        finally:
-            st.close()
+        return _run(args, points, executor, shard, header)
     finally:
         executor.close()
+
+
+def _merge(args) -> int:
+    from recallbench.runs import store as store_mod
+
+    if args.sweep:
+        raise ConfigError("--merge takes stores, not a sweep file; "
+                          "use: recallbench sweep --merge SRC... --store DST")
+    if not args.store:
+        raise ConfigError("--merge needs --store DST (the store to merge into)")
+    c = store_mod.merge_stores(args.merge, args.store)
+    total = store_mod.read_store(args.store)
+    print(f"merged {c['sources']} sources ({c['read']} records, {c['duplicates']} duplicates "
+          f"within them) into {args.store}: {c['added']} added, {c['already']} already there; "
+          f"the store now holds {len(total.records)} points "
+          f"({len(total.hashes('ok'))} ok, {len(total.hashes('failed'))} failed)")
+    return 0
+
+
+def _check_arguments(args) -> None:
+    """Flags that are wrong whatever the sweep: ConfigError before anything is read."""
+    if not args.sweep:
+        raise ConfigError("sweep needs a SWEEP.yaml (or --merge SRC... --store DST)")
+    for flag, value in (("--limit", args.limit), ("--ensemble", args.ensemble),
+                        ("--workers", args.workers), ("--threads-per-worker", args.threads_per_worker)):
+        if value is not None and value < (0 if flag == "--limit" else 1):
+            raise ConfigError(f"{flag} {value} is not allowed: must be >= "
+                              f"{0 if flag == '--limit' else 1}")
+    if args.address and args.executor != "ray":
+        raise ConfigError("--address is for --executor ray")
+    if args.adaptive:
+        if args.shard or args.limit is not None:
+            raise ConfigError("--adaptive chooses its own runs: it does not combine with "
+                              "--shard or --limit")
+        if not 0.0 < args.tol < 1.0:
+            raise ConfigError(f"--tol {args.tol} is not allowed: must be in (0, 1)")
+        if args.max_runs < 2:
+            raise ConfigError(f"--max-runs {args.max_runs} is not allowed: must be >= 2")
+
+
+def _run(args, points, executor, shard, header: str) -> int:
+    """Run the sweep (or the adaptive search) into the store; the exit status."""
+    from recallbench.runs.store import Store
+
+    echo = lambda line: print(line, flush=True)  # noqa: E731
+    st = Store(args.store, shard)
+    st.open()  # takes the writer lock: a second driver on the same file stops here
+    try:
+        if args.adaptive:
+            from recallbench.runs.adaptive_sweep import run_adaptive
+
+            counts = run_adaptive(points, st, executor, tol=args.tol, max_runs=args.max_runs,
+                                  stop=args.stop, echo=echo, header=header)["counts"]
+        else:
+            from recallbench.runs.grid_sweep import run_sweep
+
+            counts = run_sweep(points, st, executor, retry_failed=args.retry_failed,
+                               limit=args.limit, ensemble=args.ensemble, echo=echo,
+                               header=header)
+    except KeyboardInterrupt:
+        print(f"recallbench: interrupted; the points that finished are in {args.store}, "
+              f"and the same command resumes from there", file=sys.stderr, flush=True)
+        return 130
+    finally:
+        st.close()
     return 1 if counts["failed"] else 0
 
 

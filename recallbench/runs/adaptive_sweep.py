@@ -106,14 +106,7 @@ def run_adaptive(points: list, store, executor, *, tol: float = 0.10, max_runs: 
 
     out = adaptive_search(base, list(cells), tol=tol, max_runs=max_runs, batch=batch,
                           stop=stop, on_round=on_round, run_batch=run_batch)
-    summary = {k: out[k] for k in ("runs", "a", "a_ci", "b", "b_ci", "half_width", "converged",
-                                   "stopped", "fit", "prior", "history", "tol", "candidates")}
-    summary.update(stop=stop, ran=counts["ran"], served=counts["served"],
-                   failed=counts["failed"], cells=[list(c) for c in out["cells"]])
-    path = Path(store.path) / "adaptive.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(plain(summary), indent=1, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    path = _write_summary(out, counts, stop, Path(store.path) / "adaptive.json")
     hw = out["half_width"]
     echo(f"adaptive search stopped ({out['stopped']}) after {out['runs']} of {len(cells)} cells "
          f"({counts['ran']} run now, {counts['served']} from the store, {counts['failed']} "
@@ -122,3 +115,16 @@ def run_adaptive(points: list, store, executor, *, tol: float = 0.10, max_runs: 
          f"summary in {path}")
     out["counts"] = counts
     return out
+
+
+def _write_summary(out: dict, counts: dict, stop: str, path: Path) -> Path:
+    """DIR/adaptive.json: the fit, each round and the run counts (standard JSON, written
+    whole or not at all)."""
+    summary = {k: out[k] for k in ("runs", "a", "a_ci", "b", "b_ci", "half_width", "converged",
+                                   "stopped", "fit", "prior", "history", "tol", "candidates")}
+    summary.update(stop=stop, ran=counts["ran"], served=counts["served"],
+                   failed=counts["failed"], cells=[list(c) for c in out["cells"]])
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(plain(summary), indent=1, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+    return path
