@@ -17,7 +17,7 @@ One layer, shapes for a batch (B, L)::
     ŷ_t = h_t C_t              (B, L, D_in)
     y = P_out ŷ                (B, L, D)
 
-Head patterns (which of B, C, x are shared across the M heads):
+Head patterns (which of B, C, x are shared across the M heads; :mod:`.heads`):
 MHA none, MQA B and x, MKA C and x, MVA B and C (Mamba-2's default; equals one head).
 With Λ > 1 layers each block adds its input back (the residual of Thm 4.6).
 The state holds one P × N matrix per distinct (B, x) pair: D_in·N per layer,
@@ -34,11 +34,8 @@ from recallbench.api.adapter import Adapter
 from recallbench.api.fields import check_range, fail, from_mapping
 from recallbench.api.registry import ADAPTERS
 
+from . import heads
 from .linear_ops import CHUNK_SIZE, FORMS, causal_linear_attention
-
-# pattern → (B per head, C per head, x per head)
-PATTERNS = {"mha": (True, True, True), "mqa": (False, True, False),
-            "mka": (True, False, False), "mva": (False, False, True)}
 
 
 class CausalDepthwiseConv(nn.Module):
@@ -46,8 +43,8 @@ class CausalDepthwiseConv(nn.Module):
 
     y_t = Σ_j w_j ⊙ x_{t−(W−1)+j}, computed as W shifted, scaled copies of x: the same
     numbers as ``conv1d(groups=C, padding=W−1)[..., :L]`` (the weight is that conv's),
-    about twice as fast on CPU for small widths, and it stays in the (B, L, C) layout, so
-    it batches well under ``torch.func.vmap`` (batched ensembles).
+    cheaper than that conv on CPU for small widths, and it stays in the (B, L, C) layout,
+    so it batches well under ``torch.func.vmap`` (batched ensembles).
     """
 
     def __init__(self, channels: int, width: int):
@@ -76,7 +73,7 @@ class LinearMambaLayer(nn.Module):
         if d_inner % n_heads:
             raise ValueError(f"expand·d_model = {d_inner} is not divisible by n_heads = {n_heads}")
         self.M, self.N, self.P = n_heads, d_state, d_inner // n_heads
-        self.b_per_head, self.c_per_head, self.x_per_head = PATTERNS[head_pattern]
+        self.b_per_head, self.c_per_head, self.x_per_head = heads.PATTERNS[head_pattern]
         self.residual, self.chunk_size, self.form = residual, chunk_size, form
         self.in_proj = nn.Linear(d_model, d_inner, bias=False)
         self.conv = CausalDepthwiseConv(d_inner, d_conv)
@@ -101,8 +98,6 @@ class LinearMambaLayer(nn.Module):
         return u + y if self.residual else y
 
 
-
-
 @dataclasses.dataclass
 class Options:
     """``model.options`` of linear-mamba."""
@@ -118,15 +113,12 @@ class LinearMamba(Adapter):
     library_class = "recallbench LinearMambaLayer"
     law_kind = "linear"
     state_formula = "Λ · expand · D · N  (MQA: Λ · expand · D · N / M)"
-    head_patterns = ("mva", "mha", "mqa", "mka")
+    head_patterns = heads.ALL_PATTERNS
 
     def validate(self) -> None:
         super().validate()
-        cfg = self.cfg
-        if (cfg.expand * cfg.d_model) % cfg.n_heads:
-            fail("model.n_heads", cfg.n_heads,
-                 f"must divide expand·d_model = {cfg.expand * cfg.d_model}")
-        self.options = from_mapping(Options, cfg.options, "model.options")
+        heads.check_heads_divide_inner(self.cfg)
+        self.options = from_mapping(Options, self.cfg.options, "model.options")
         check_range("model.options.chunk_size", self.options.chunk_size, 1)
         if self.options.form not in FORMS:
             fail("model.options.form", self.options.form, f"one of {', '.join(FORMS)}")
@@ -143,8 +135,4 @@ class LinearMamba(Adapter):
             for _ in range(cfg.n_layers)).to(device)
 
     def state_size(self) -> int:
-        cfg = self.cfg
-        per_layer = cfg.expand * cfg.d_model * cfg.d_state
-        if cfg.n_heads > 1 and self.head_pattern == "mqa":
-            per_layer //= cfg.n_heads
-        return cfg.n_layers * per_layer
+        return heads.state_size(self.cfg, self.head_pattern)

@@ -15,8 +15,8 @@ State: one ``d_state`` vector per inner channel, Λ · d_inner · N = Λ · expa
 (the SSM state; the conv's (d_conv − 1) · d_inner buffer is not counted, as in the paper).
 
 On a CPU the blocks run mamba-ssm's own pure-torch references in place of its CUDA kernels
-(see :mod:`recallbench.adapters.mamba_ssm_cpu`; ``selective_scan_ref`` is a Python loop over
-L, so it is slow); on CUDA the fused kernels run untouched.  mamba-ssm is imported only when
+(see :mod:`recallbench.adapters.cpu.mamba_ssm_swaps`; ``selective_scan_ref`` is a Python loop
+over L, so it is slow); on CUDA the fused kernels run untouched.  mamba-ssm is imported only when
 a model is built, so this module imports without it.
 """
 from __future__ import annotations
@@ -30,7 +30,8 @@ from recallbench.api.adapter import Adapter, PreNormResidual
 from recallbench.api.fields import check_range, fail, from_mapping
 from recallbench.api.registry import ADAPTERS
 
-from . import mamba_ssm_cpu
+from .cpu import mamba_ssm_import
+from .cpu.mamba_ssm_swaps import SWAPS
 
 NORM_EPS = 1e-5  # mamba-ssm's MixerModel / MambaConfig norm_epsilon
 
@@ -42,7 +43,7 @@ class MixerBlock(PreNormResidual):
         super().__init__(mixer, d_model, norm="rms", eps=eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, L, D)
-        with mamba_ssm_cpu.kernels_for(x.device):
+        with SWAPS.applied_for(x.device):
             return super().forward(x)
 
 
@@ -64,7 +65,7 @@ class MambaSSMAdapter(Adapter):
 
     @classmethod
     def availability(cls) -> tuple[bool, str]:
-        return mamba_ssm_cpu.availability()
+        return mamba_ssm_import.availability()
 
     def final_norm(self) -> nn.Module:
         return nn.RMSNorm(self.cfg.d_model, eps=NORM_EPS)
@@ -94,7 +95,7 @@ class Mamba(MambaSSMAdapter):
             check_range("model.options.dt_rank", self.options.dt_rank, 1)
 
     def build_blocks(self, device):
-        mamba_ssm = mamba_ssm_cpu.import_mamba_ssm()
+        mamba_ssm = mamba_ssm_import.import_mamba_ssm()
         cfg = self.cfg
         dt_rank = "auto" if self.options.dt_rank is None else self.options.dt_rank
         blocks = nn.ModuleList(

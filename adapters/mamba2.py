@@ -17,7 +17,7 @@ all heads) are recallbench's own layer, a copy of Mamba2's structure
 h_t = exp(Δ_t A) h_{t−1} + Δ_t x_t B_tᵀ, y_t = h_t C_t + D x_t; gated RMSNorm(y · SiLU(z));
 out_proj) in which x is one P-vector broadcast to the M heads.  It runs the same scan
 as Mamba2: mamba-ssm's ``mamba_chunk_scan_combined`` on CUDA, and on a CPU
-:func:`recallbench.adapters.mamba_ssm_cpu.chunk_scan_cpu`, mamba-ssm's
+:func:`recallbench.adapters.cpu.mamba_ssm_kernels.chunk_scan_cpu`, mamba-ssm's
 ``ssd_minimal_discrete`` (tests check it against mamba_ssm.Mamba2 where the two coincide:
 an MHA Mamba2 whose x (and, for MQA, B and Δ) rows are copies across heads).
 
@@ -46,12 +46,10 @@ from torch import nn
 from recallbench.api.fields import check_range, fail, from_mapping
 from recallbench.api.registry import ADAPTERS
 
-from . import mamba_ssm_cpu
+from . import heads
+from .cpu.mamba_ssm_import import import_mamba_ssm
+from .cpu.mamba_ssm_kernels import chunk_scan_cpu
 from .mamba import MambaSSMAdapter, MixerBlock, init_like_mixer_model
-
-# pattern → (B per head, C per head, x per head)
-PATTERNS = {"mha": (True, True, True), "mqa": (False, True, False),
-            "mka": (True, False, False), "mva": (False, False, True)}
 
 
 def ssd_scan(x, dt, A, B, C, chunk_size, D, dt_bias):
@@ -61,8 +59,7 @@ def ssd_scan(x, dt, A, B, C, chunk_size, D, dt_bias):
 
         return mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=D, dt_bias=dt_bias,
                                          dt_softplus=True)
-    return mamba_ssm_cpu.chunk_scan_cpu(x, dt, A, B, C, chunk_size, D=D, dt_bias=dt_bias,
-                                        dt_softplus=True)
+    return chunk_scan_cpu(x, dt, A, B, C, chunk_size, D=D, dt_bias=dt_bias, dt_softplus=True)
 
 
 class SharedXMamba2(nn.Module):
@@ -79,7 +76,7 @@ class SharedXMamba2(nn.Module):
                  dt_min: float = 0.001, dt_max: float = 0.1, dt_init_floor: float = 1e-4,
                  A_init_range: tuple[float, float] = (1, 16), device=None):
         super().__init__()
-        b_head, c_head, x_head = PATTERNS[head_pattern]
+        b_head, c_head, x_head = heads.PATTERNS[head_pattern]
         if x_head:
             raise ValueError(f"SharedXMamba2 serves the shared-x patterns mqa and mka, not {head_pattern}")
         self.head_pattern = head_pattern
@@ -154,16 +151,12 @@ class Mamba2(MambaSSMAdapter):
                    "Mamba-2 layer on the same SSD scan")
     library_class = "mamba_ssm.Mamba2 (mqa, mka: recallbench SharedXMamba2)"
     state_formula = "Λ · M · P · N = Λ · expand · D · N  (mqa: Λ · P · N = Λ · expand · D · N / M)"
-    head_patterns = ("mva", "mha", "mqa", "mka")
+    head_patterns = heads.ALL_PATTERNS
 
     def validate(self) -> None:
         super().validate()
-        cfg = self.cfg
-        d_inner = cfg.expand * cfg.d_model
-        if d_inner % cfg.n_heads:
-            fail("model.n_heads", cfg.n_heads, f"must divide expand·d_model = {d_inner} "
-                 "(Mamba2's headdim = expand·d_model / n_heads)")
-        self.options = from_mapping(Options, cfg.options, "model.options")
+        heads.check_heads_divide_inner(self.cfg, " (Mamba2's headdim = expand·d_model / n_heads)")
+        self.options = from_mapping(Options, self.cfg.options, "model.options")
         check_range("model.options.chunk_size", self.options.chunk_size, 1)
 
     def build_layer(self, layer_idx: int, device: torch.device) -> nn.Module:
@@ -171,10 +164,10 @@ class Mamba2(MambaSSMAdapter):
         cfg = self.cfg
         headdim = cfg.expand * cfg.d_model // cfg.n_heads
         if self.head_pattern in ("mqa", "mka"):
-            mamba_ssm_cpu.import_mamba_ssm()
+            import_mamba_ssm()
             return SharedXMamba2(cfg.d_model, cfg.d_state, cfg.d_conv, cfg.expand, cfg.n_heads,
                                  self.head_pattern, self.options.chunk_size, device=device)
-        mamba_ssm = mamba_ssm_cpu.import_mamba_ssm()
+        mamba_ssm = import_mamba_ssm()
         from mamba_ssm.modules import mamba2 as m2
 
         # CUDA without causal-conv1d: the fused path needs its kernel, the unfused one does not
@@ -195,8 +188,4 @@ class Mamba2(MambaSSMAdapter):
         return blocks.to(device)
 
     def state_size(self) -> int:
-        cfg = self.cfg
-        per_layer = cfg.expand * cfg.d_model * cfg.d_state
-        if self.head_pattern == "mqa":
-            per_layer //= cfg.n_heads
-        return cfg.n_layers * per_layer
+        return heads.state_size(self.cfg, self.head_pattern)

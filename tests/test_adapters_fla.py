@@ -1,10 +1,11 @@
-"""Adapters around flash-linear-attention's layers (adapters/fla_layers.py, adapters/fla_cpu.py).
+"""Adapters around flash-linear-attention's layers (adapters/fla_layers/, adapters/cpu/fla_*.py), and
+the kernel swap both libraries' CPU paths use (adapters/kernel_swap.py).
 
 Parity: each fla layer, built with the adapter's own kwargs, is run twice on the same
 input (B=1, L=16): once through fla's real Triton kernels executed by Triton's CPU
 interpreter (``TRITON_INTERPRET=1``, in a subprocess, with the autotuner's
 benchmarking stubbed out: it needs a GPU driver), once through the pure-torch
-references swapped in by ``fla_cpu``.  Forward outputs are compared for every
+references swapped in by ``cpu.fla_swaps.SWAPS``.  Forward outputs are compared for every
 layer (eval mode, where the layers pick fla's fused_recurrent / parallel kernels);
 input gradients in train mode for the layers whose training kernels the
 interpreter can run (the ``chunk`` kernels of GatedDeltaNet, RetNet,
@@ -21,11 +22,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
 import torch
 
+from recallbench.adapters import kernel_swap
+from recallbench.adapters.kernel_swap import Swap, SwapSet
 from recallbench.api.config import ModelConfig
 from recallbench.api.errors import ConfigError
 from recallbench.harness.loop import train_steps
@@ -89,17 +93,17 @@ def test_config_errors_are_one_line():
 def test_availability_reasons(monkeypatch):
     import importlib.util
 
-    from recallbench.adapters import fla_layers
+    from recallbench.adapters.fla_layers.gla import GLA
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "fla" else real(n, *a))
-    ok, why = fla_layers.GLA.availability()
+    ok, why = GLA.availability()
     assert not ok and "not installed" in why
     monkeypatch.setattr(importlib.util, "find_spec", real)
     if importlib.util.find_spec("fla") is None:
         pytest.skip("fla not installed")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(fla_layers.GLA, "cpu_references", ("fla.ops.no_such_op.naive",))
-    ok, why = fla_layers.GLA.availability()
+    monkeypatch.setattr(GLA, "cpu_references", ("fla.ops.no_such_op.naive",))
+    ok, why = GLA.availability()
     assert not ok and why.startswith("needs CUDA: no pure-torch reference fla.ops.no_such_op.naive")
 
 
@@ -122,37 +126,94 @@ def test_imports_and_reports_without_fla():
 # ---------------------------------------------------------------------------
 # the swaps: reversible, CPU only
 # ---------------------------------------------------------------------------
-def test_swaps_are_reversible():
+@pytest.fixture
+def toy_library(monkeypatch):
+    """A stand-in library module: a kernel function and a class with a kernel method."""
+    lib = types.ModuleType("toy_kernels")
+
+    def kernel(x):
+        return "kernel"
+
+    class Layer:
+        def forward(self, x):
+            return "kernel"
+
+    lib.kernel, lib.Layer, lib.reference = kernel, Layer, lambda x: "library reference"
+    monkeypatch.setitem(sys.modules, "toy_kernels", lib)
+    return lib
+
+
+def _toy_swaps(dispatch: bool) -> SwapSet:
+    return SwapSet("toy", (Swap("toy_kernels:kernel", lambda x: "torch", "torch"),
+                           Swap("toy_kernels:Layer.forward", lambda self, x: "torch", "torch")),
+                   dispatch=dispatch)
+
+
+def test_swap_nests_and_restores_the_originals(toy_library):
+    swaps = _toy_swaps(dispatch=False)
+    kernel, forward = toy_library.kernel, toy_library.Layer.__dict__["forward"]
+    with swaps.applied():
+        with swaps.applied():
+            assert toy_library.kernel(0) == toy_library.Layer().forward(0) == "torch"
+        assert swaps.installed() and toy_library.kernel(0) == "torch"  # the outer use still holds
+    assert not swaps.installed()
+    assert toy_library.kernel is kernel and toy_library.Layer.__dict__["forward"] is forward
+    with pytest.raises(ValueError), swaps.applied():
+        raise ValueError("a failing forward")
+    assert toy_library.kernel is kernel
+    with pytest.raises(RuntimeError, match="toy: uninstall"):
+        swaps.uninstall()
+    with pytest.raises(RuntimeError, match="only dispatching"):
+        swaps.keep_installed()
+
+
+def test_swap_to_none_or_a_library_reference_and_a_bad_target_patches_nothing(toy_library):
+    kernel = toy_library.kernel
+    to_none = SwapSet("toy", (Swap("toy_kernels:kernel", None, "fallback"),), dispatch=False)
+    with to_none.applied():
+        assert toy_library.kernel is None
+    lazy = SwapSet("toy", (Swap("toy_kernels:kernel", "toy_kernels:reference", "ref"),), dispatch=False)
+    with lazy.applied():
+        assert toy_library.kernel(0) == "library reference"
+    broken = SwapSet("toy", (Swap("toy_kernels:kernel", None, "fallback"),
+                             Swap("toy_kernels:missing", None, "fallback")), dispatch=False)
+    with pytest.raises(AttributeError):
+        broken.install()
+    assert toy_library.kernel is kernel and not broken.installed()
+
+
+def test_dispatching_swap_keeps_non_cpu_tensors_on_the_original(toy_library):
+    swaps = _toy_swaps(dispatch=True)
+    kernel = toy_library.kernel
+    swaps.keep_installed()
+    swaps.keep_installed()  # idempotent: one hold, wrapping the original, not a wrapper
+    assert toy_library.kernel.__wrapped_original__ is kernel
+    assert toy_library.kernel(torch.zeros(1)) == "torch"
+    assert toy_library.kernel(x=torch.zeros(1, device="meta")) == "kernel"  # CUDA in practice
+    assert toy_library.Layer().forward(torch.zeros(1)) == "torch"
+    swaps.uninstall()  # releases the one hold
+    assert toy_library.kernel is kernel and not swaps.installed()
+
+
+def test_fla_swaps_are_reversible():
+    """fla's table: one swap per target, all resolvable, each wrapping what was there."""
     pytest.importorskip("fla")
-    from recallbench.adapters import fla_cpu
-    was = fla_cpu.is_installed()
-    fla_cpu.uninstall()
-    originals = {s.target: fla_cpu.current(s.target) for s in fla_cpu.SWAPS}
-    assert len(originals) == len(fla_cpu.SWAPS)  # one line per target, no duplicates
-    with fla_cpu.cpu_reference():
-        assert fla_cpu.is_installed()
-        for s in fla_cpu.SWAPS:
-            now = fla_cpu.current(s.target)
-            assert now is not originals[s.target]
-            assert now.__wrapped_original__ is originals[s.target]
-    assert not fla_cpu.is_installed()
-    assert all(fla_cpu.current(t) is o for t, o in originals.items())
-    fla_cpu.install()
-    fla_cpu.install()  # idempotent: still wraps the originals, not the wrappers
-    assert all(fla_cpu.current(t).__wrapped_original__ is o for t, o in originals.items())
-    fla_cpu.uninstall()
-    assert all(fla_cpu.current(t) is o for t, o in originals.items())
-    if was:
-        fla_cpu.install()
+    from recallbench.adapters.cpu.fla_swaps import SWAPS
+    assert len({s.target for s in SWAPS}) == len(SWAPS)
+    swaps = SwapSet("fla, again", SWAPS.swaps, dispatch=True)  # not the process-wide hold
+    before = {s.target: swaps.current(s.target) for s in swaps}
+    with swaps.applied():
+        for s in swaps:
+            now = swaps.current(s.target)
+            assert now is not before[s.target] and now.__wrapped_original__ is before[s.target]
+            assert now.__swap_target__ == s.target
+    assert all(swaps.current(t) is was for t, was in before.items())
 
 
-def test_dispatch_keeps_non_cpu_tensors_on_the_original():
-    from recallbench.adapters import fla_cpu
-    calls = []
-    f = fla_cpu._dispatching(lambda *a, **k: calls.append("orig"), lambda *a, **k: calls.append("torch"), "t")
-    f(torch.zeros(1))
-    f(x=torch.zeros(1, device="meta"))  # anything not on CPU (CUDA in practice) keeps the Triton path
-    assert calls == ["torch", "orig"]
+def test_dispatch_wrapper_names_the_target():
+    f = kernel_swap.dispatching(lambda *a, **k: "orig", lambda *a, **k: "torch", "m:f")
+    assert f.__swap_target__ == "m:f" and f.__doc__.startswith("CPU swap of m:f")
+    assert f(1) == "orig"  # no tensor at all: the original
 
 
 # ---------------------------------------------------------------------------
@@ -240,7 +301,7 @@ warnings.filterwarnings("ignore")
 torch.set_num_threads(1)
 from recallbench.api.registry import ADAPTERS
 from recallbench.api.config import ModelConfig
-from recallbench.adapters import fla_cpu
+from recallbench.adapters.cpu.fla_swaps import SWAPS
 names, no_grad_names = json.loads(sys.argv[1]), set(json.loads(sys.argv[2]))
 def run(m, x, grad):
     x = x.clone().requires_grad_(grad)
@@ -258,9 +319,9 @@ for name in names:
     x = torch.randn(1, 16, 32)
     res = {}
     for grad in ([False] if name in no_grad_names else [False, True]):
-        fla_cpu.uninstall(); triton_out = run(layer, x, grad)   # fla's Triton kernels, interpreted
-        fla_cpu.install(); torch_out = run(layer, x, grad)      # the pure-torch references
-        fla_cpu.uninstall()
+        triton_out = run(layer, x, grad)  # fla's Triton kernels, interpreted
+        with SWAPS.applied():
+            torch_out = run(layer, x, grad)  # the pure-torch references
         res["grad" if grad else "fwd"] = [float((triton_out[0] - torch_out[0]).abs().max()),
                                           float(triton_out[0].abs().max()),
                                           float((triton_out[1] - torch_out[1]).abs().max()) if grad else 0.0]

@@ -1,4 +1,4 @@
-"""The mamba-ssm adapters (mamba, mamba2) and the CPU kernel swap (adapters/mamba_ssm_cpu.py).
+"""The mamba-ssm adapters (mamba, mamba2) and the CPU kernel swap (adapters/cpu/mamba_ssm_*.py).
 
 Cross-checks against transformers' MambaMixer / Mamba2Mixer, whose torch code is an
 independent implementation.  transformers binds its kernels when its modeling module is
@@ -8,7 +8,6 @@ Everything skips, with the adapter's reason, where mamba-ssm is not installed.
 """
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import os
 import subprocess
@@ -31,9 +30,12 @@ from recallbench.harness.loop import train_steps
 from recallbench.harness.model import RecallModel
 from recallbench.api.registry import ADAPTERS, TASKS
 
-from recallbench.adapters import mamba_ssm_cpu
+from recallbench.adapters.cpu import mamba_ssm_kernels
+from recallbench.adapters.cpu.mamba_ssm_import import availability, import_mamba_ssm
+from recallbench.adapters.cpu.mamba_ssm_swaps import SWAPS
+from recallbench.adapters.kernel_swap import resolve
 
-AVAILABLE, REASON = mamba_ssm_cpu.availability()
+AVAILABLE, REASON = availability()
 needs_mamba = pytest.mark.skipif(not AVAILABLE, reason=REASON or "mamba-ssm unavailable")
 
 PATTERNS = ("mva", "mha", "mqa", "mka")
@@ -84,7 +86,7 @@ def _out_and_input_grad(fn, x):
 def _assert_swapped_matches(ours, ref, x):
     """``ours`` under the CPU swap and the independent ``ref``: same outputs, same input grads."""
     def run_ours(t):
-        with mamba_ssm_cpu.cpu_kernels():
+        with SWAPS.applied():
             return ours(t)
 
     y1, g1 = _out_and_input_grad(run_ours, x)
@@ -135,7 +137,7 @@ def test_bad_options_name_the_field(adapter, model, field):
 def test_mamba_matches_transformers_mamba_mixer():
     if not _hf_uses_torch(hf_mamba.mamba_selective_scan):
         pytest.skip("transformers bound its Mamba scan to mamba-ssm (imported before transformers)")
-    ms = mamba_ssm_cpu.import_mamba_ssm()
+    ms = import_mamba_ssm()
     torch.manual_seed(0)
     ours = ms.Mamba(16, d_state=8, d_conv=3, expand=2)
     _perturb(ours, 1)
@@ -155,7 +157,7 @@ def test_mamba_matches_transformers_mamba_mixer():
 def test_mamba2_matches_transformers_mamba2_mixer(ngroups, mem_eff):
     if not _hf_uses_torch(hf_mamba2.mamba2_chunk_scan):
         pytest.skip("transformers bound its Mamba-2 scan to mamba-ssm (imported before transformers)")
-    ms = mamba_ssm_cpu.import_mamba_ssm()
+    ms = import_mamba_ssm()
     torch.manual_seed(0)
     d, nheads, headdim = 16, 4, 8
     ours = ms.Mamba2(d, d_state=8, d_conv=3, expand=2, headdim=headdim, ngroups=ngroups,
@@ -179,7 +181,7 @@ def test_mamba2_matches_transformers_mamba2_mixer(ngroups, mem_eff):
 @pytest.mark.parametrize("extras", [True, False])
 def test_selective_scan_cpu_equals_selective_scan_ref(bc_dims, extras):
     """The swap's faster scan is mamba-ssm's selective_scan_ref, values and gradients."""
-    mamba_ssm_cpu.import_mamba_ssm()
+    import_mamba_ssm()
     from mamba_ssm.ops.selective_scan_interface import selective_scan_ref
 
     g = torch.Generator().manual_seed(bc_dims)
@@ -192,7 +194,7 @@ def test_selective_scan_cpu_equals_selective_scan_ref(bc_dims, extras):
     ts = [t.requires_grad_() for t in ts]
     kw = dict(D=ts[5], z=ts[6], delta_bias=ts[7], delta_softplus=True) if extras else {}
     results = []
-    for fn in (selective_scan_ref, mamba_ssm_cpu.selective_scan_cpu):
+    for fn in (selective_scan_ref, mamba_ssm_kernels.selective_scan_cpu):
         y, last = fn(*ts[:5], return_last_state=True, **kw)
         grads = torch.autograd.grad(y.square().sum() + last.sum(), ts, allow_unused=True)
         results.append((y, last, grads))
@@ -208,12 +210,12 @@ def test_selective_scan_cpu_equals_selective_scan_ref(bc_dims, extras):
 @needs_mamba
 def test_chunk_scan_cpu_matches_mamba2_step_recurrence():
     """The SSD reference (chunked, with a final state) equals the token-by-token recurrence."""
-    ms = mamba_ssm_cpu.import_mamba_ssm()
+    ms = import_mamba_ssm()
     torch.manual_seed(0)
     m = ms.Mamba2(16, d_state=8, d_conv=2, expand=2, headdim=8, ngroups=1, chunk_size=4)
     _perturb(m, 5)
     x = torch.randn(2, 11, 16, generator=torch.Generator().manual_seed(6))
-    with torch.no_grad(), mamba_ssm_cpu.cpu_kernels():
+    with torch.no_grad(), SWAPS.applied():
         full = m(x)
         conv_state, ssm_state = m.allocate_inference_cache(2, 11)
         steps = [m.step(x[:, t:t + 1], conv_state, ssm_state)[0] for t in range(11)]
@@ -224,29 +226,30 @@ def test_chunk_scan_cpu_matches_mamba2_step_recurrence():
 
 @needs_mamba
 def test_swap_is_reversible():
-    mamba_ssm_cpu.import_mamba_ssm()
-    entries = [(importlib.import_module(m), attr, spec) for m, attr, spec in mamba_ssm_cpu.SWAPS]
-    originals = [getattr(mod, attr) for mod, attr, _ in entries]
-    assert not mamba_ssm_cpu.installed()
-    with mamba_ssm_cpu.cpu_kernels():
-        assert mamba_ssm_cpu.installed()
-        swapped = [getattr(mod, attr) for mod, attr, _ in entries]
-        for (mod, attr, spec), now in zip(entries, swapped):
-            assert now is mamba_ssm_cpu._resolve(spec), f"{mod.__name__}.{attr}"
-        with mamba_ssm_cpu.cpu_kernels():  # nested: still swapped inside, and after the inner exit
+    import_mamba_ssm()
+    originals = {s.target: SWAPS.current(s.target) for s in SWAPS}
+    assert len(originals) == len(SWAPS)  # one swap per target
+    assert not SWAPS.installed()
+    with SWAPS.applied():
+        assert SWAPS.installed()
+        swapped = {s.target: SWAPS.current(s.target) for s in SWAPS}
+        for s in SWAPS:
+            want = getattr(*resolve(s.replacement)) if isinstance(s.replacement, str) else s.replacement
+            assert swapped[s.target] is want, s.target
+        with SWAPS.applied():  # nested: still swapped inside, and after the inner exit
             pass
-        assert [getattr(mod, attr) for mod, attr, _ in entries] == swapped
-    for (mod, attr, _), old in zip(entries, originals):
-        assert getattr(mod, attr) is old, f"{mod.__name__}.{attr} not restored"
-    assert not mamba_ssm_cpu.installed()
+        assert all(SWAPS.current(t) is now for t, now in swapped.items())
+    for target, old in originals.items():
+        assert SWAPS.current(target) is old, f"{target} not restored"
+    assert not SWAPS.installed()
     # the selective scan really was the CUDA one, and comes back
     from mamba_ssm.modules import mamba_simple
     from mamba_ssm.ops import selective_scan_interface as ssi
 
     assert mamba_simple.selective_scan_fn is ssi.selective_scan_fn  # the CUDA extension's wrapper
     assert mamba_simple.selective_scan_fn is not ssi.selective_scan_ref
-    with pytest.raises(RuntimeError):
-        mamba_ssm_cpu.uninstall()
+    with pytest.raises(RuntimeError, match="uninstall"):
+        SWAPS.uninstall()
 
 
 @needs_mamba
@@ -262,9 +265,9 @@ def test_swap_restored_after_a_failing_forward_and_conv_falls_back():
     model = RecallModel(adapter, 16)
     with pytest.raises(ValueError):
         model(torch.zeros(2, 5, 3, dtype=torch.long))  # wrong shape: fails inside the swap
-    assert not mamba_ssm_cpu.installed() and m2.mamba_split_conv1d_scan_combined is before
+    assert not SWAPS.installed() and m2.mamba_split_conv1d_scan_combined is before
     model(torch.zeros(2, 5, dtype=torch.long))
-    assert not mamba_ssm_cpu.installed() and m2.mamba_split_conv1d_scan_combined is before
+    assert not SWAPS.installed() and m2.mamba_split_conv1d_scan_combined is before
 
 
 # -- (3) every adapter trains on a small MQAR ------------------------------------------------
@@ -284,7 +287,7 @@ def test_adapter_trains_on_small_mqar(adapter, pattern, heads):
     assert all(torch.isfinite(torch.tensor(losses)))
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     assert last < first - 0.3, (first, last)
-    assert not mamba_ssm_cpu.installed()
+    assert not SWAPS.installed()
 
 
 # -- (4) the state size is what the built modules hold ------------------------------------------
@@ -380,7 +383,7 @@ def _as_mamba2_mha(own, ms):
 @pytest.mark.parametrize("pattern", ["mqa", "mka"])
 @pytest.mark.parametrize("nheads", [1, 4])
 def test_shared_x_layer_equals_mamba2_where_they_coincide(pattern, nheads):
-    ms = mamba_ssm_cpu.import_mamba_ssm()
+    ms = import_mamba_ssm()
     from recallbench.adapters.mamba2 import SharedXMamba2
 
     torch.manual_seed(0)
@@ -389,7 +392,7 @@ def test_shared_x_layer_equals_mamba2_where_they_coincide(pattern, nheads):
     _perturb(own, 7)
     ref = _as_mamba2_mha(own, ms)
     x = torch.randn(2, 19, 16, generator=torch.Generator().manual_seed(8))
-    with mamba_ssm_cpu.cpu_kernels():
+    with SWAPS.applied():
         y1, g1 = _out_and_input_grad(own, x)
         y2, g2 = _out_and_input_grad(ref, x)
     torch.testing.assert_close(y1, y2, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,92 @@
+"""Feature-map linear attention: fla's LinearAttention and BasedLinearAttention.
+
+Per head the sum h_t = h_{t−1} + φ(k_t)ᵀ v_t of F × P outer products, read as φ(q_t) h_t
+(no decay), F the width of the feature map φ.  LinearAttention takes φ from a list
+(F = N; hedgehog 2N, dpfp 8N) and may normalise by φ(q_t) Σ φ(k_τ)ᵀ, one more column of
+state; Based uses the 2nd-order Taylor map of exp(q·k), F = 1 + N + N(N+1)/2, always
+normalised.  Neither has a short convolution.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from recallbench.api.fields import fail
+from recallbench.api.registry import ADAPTERS
+
+from .base import BlockOptions, FlaAdapter, NormOptions
+
+
+def _feature_dim(feature_map, head_k_dim: int) -> int:
+    """Width of a built feature map's output for one head_k_dim-wide input."""
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fla's feature maps use torch.utils.checkpoint
+        p = next(iter(feature_map.parameters()), None) if isinstance(feature_map, nn.Module) else None
+        x = torch.zeros(1, 1, 1, head_k_dim, device=p.device if p is not None else "cpu",
+                        dtype=p.dtype if p is not None else torch.float32)
+        return int(feature_map(x).shape[-1])
+
+
+@ADAPTERS.register("linear-attention")
+class LinearAttention(FlaAdapter, layer="fla.layers.linear_attn.LinearAttention",
+                       cpu=("fla.ops.linear_attn.naive",)):
+    description = ("fla LinearAttention (Katharopoulos et al. 2020) with a chosen feature map φ; "
+                   "d_state = head_k_dim before φ, expand = expand_v; no short conv")
+    state_formula = ("Λ · M · F · (expand·D/M) = Λ · expand · D · F,  F = width of φ (N; hedgehog 2N, dpfp 8N)"
+                     " (+ Λ · M · F with do_feature_map_norm)")
+    has_short_conv = False
+    _FEATURE_MULT: ClassVar[dict[str, int]] = {"hedgehog": 2, "dpfp": 8}
+
+    class Options(NormOptions):
+        feature_map: str = "elementwise_product"  # hedgehog | t2r | elementwise_product | dpfp | elu | relu | identity
+        tie_feature_map_qk: bool = False
+        output_norm: str = "rmsnorm"
+        norm_q: bool = False
+        norm_k: bool = False
+        do_feature_map_norm: bool = False
+        mode: str | None = None  # chunk | fused_chunk | fused_recurrent
+
+    def layer_state(self, layer):
+        F_ = _feature_dim(layer.feature_map_q, layer.head_k_dim)
+        return layer.num_heads * F_ * (layer.head_v_dim + (1 if layer.do_feature_map_norm else 0))
+
+    def formula_state(self):
+        cfg = self.cfg
+        F_ = cfg.d_state * self._FEATURE_MULT.get(self.options.feature_map, 1)
+        P = self.value_total // cfg.n_heads + (1 if self.options.do_feature_map_norm else 0)
+        return cfg.n_layers * cfg.n_heads * F_ * P
+
+
+@ADAPTERS.register("based")
+class Based(FlaAdapter, layer="fla.layers.based.BasedLinearAttention",
+             cpu=("fla.ops.based.naive", "fla.ops.linear_attn.naive")):
+    description = ("fla BasedLinearAttention (Arora et al. 2024): 2nd-order Taylor feature map of "
+                   "exp(q·k); d_state = feature_dim (pre-map), no value expansion, no short conv")
+    state_formula = "Λ · M · F · (D/M + 1),  F = 1 + N + N(N+1)/2 (Taylor features; +1: the normaliser)"
+    has_short_conv = False
+
+    class Options(BlockOptions):
+        eps: float = 1e-12
+        mode: str = "parallel"  # parallel | chunk | fused_chunk
+
+    def check(self):
+        cfg = self.cfg
+        self._need_divisible("model.n_heads", cfg.n_heads, "d_model", cfg.d_model)
+        if self.options.mode == "parallel" and cfg.d_state > 128:
+            fail("model.d_state", cfg.d_state, "must be <= 128 for based's parallel kernel")
+
+    def layer_kwargs(self, layer_idx):
+        cfg = self.cfg
+        return {"hidden_size": cfg.d_model, "feature_dim": cfg.d_state, "num_heads": cfg.n_heads,
+                "num_key_value_heads": cfg.n_heads, **self._option_kwargs()}
+
+    def layer_state(self, layer):
+        F_ = _feature_dim(layer.feature_map, layer.head_k_dim)
+        return layer.num_heads * F_ * (layer.head_v_dim + 1)
+
+    def formula_state(self):
+        N, cfg = self.cfg.d_state, self.cfg
+        return cfg.n_layers * cfg.n_heads * (1 + N + N * (N + 1) // 2) * (cfg.d_model // cfg.n_heads + 1)
