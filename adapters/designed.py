@@ -1,6 +1,7 @@
 """The designed model: the fixed-weight hashed circuit of Thm 3.2 (evaluation only).
 
-Construction (THEORY.md), for width D, state N ≤ D and vocabulary V::
+Construction (docs/theory.md, "The designed model"), for width D, state N ≤ D and
+vocabulary V::
 
     E  (D × V)   unit-norm Gaussian columns; identity when D = V (Thm 3.1)
     F  (N × D)   √(D/N) · the first N rows of a random orthogonal D × D matrix

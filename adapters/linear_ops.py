@@ -20,7 +20,7 @@ import torch
 
 FORMS = ("auto", "parallel", "chunked", "recurrent")
 #: default chunk length: auto uses the parallel form up to it, chunks of it beyond
-#: (measured by ``benchmarks/bench_train.py`` §2: at L = 320, 1.7x faster than parallel)
+#: (``python benchmarks/bench_train.py`` §2 times the parallel and chunked forms)
 CHUNK_SIZE = 64
 
 

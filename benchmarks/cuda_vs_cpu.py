@@ -1,6 +1,7 @@
 """Each adapter's CUDA path against its CPU reference path, on the same weights and inputs.
 
-    python benchmarks/cuda_vs_cpu.py [--only NAME ...] [--batch 8] [--seq-len 64] [--out FILE]
+    python benchmarks/cuda_vs_cpu.py [--only NAME ...] [--device cuda] [--batch 8] [--d-model 64]
+                                     [--d-state 16] [--reps 5] [--out FILE]
 
 For every adapter available here it builds the model for the CPU (the pure-torch
 references: mamba-ssm's selective_scan_ref / ssd_minimal_discrete, fla's naive ops)
