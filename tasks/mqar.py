@@ -46,10 +46,14 @@ class MQAR(Task):
 
     def validate(self) -> None:
         super().validate()
-        check_range("task.seq_len", self.seq_len, 4 * self.num_facts,
-                    why=f"(MQAR needs L >= 4·num_facts = {4 * self.num_facts})")
+        self.check_layout()
         if not self.power_a > 0:
             fail("task.power_a", self.power_a, "must be > 0 (1.0 is uniform placement)")
+
+    def check_layout(self) -> None:
+        """The facts and their queries must fit in the sequence."""
+        check_range("task.seq_len", self.seq_len, 4 * self.num_facts,
+                    why=f"(MQAR needs L >= 4·num_facts = {4 * self.num_facts})")
 
     @classmethod
     def infeasible(cls, params):

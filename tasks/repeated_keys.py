@@ -25,36 +25,35 @@ import dataclasses
 
 import torch
 
-from recallbench.api.fields import check_range, fail
+from recallbench.api.fields import check_range
 from recallbench.api.registry import TASKS
-from recallbench.api.task import Task, distinct, numbers, recall_sequences
+from recallbench.api.task import distinct, numbers, recall_sequences
+from recallbench.tasks.mqar import MQAR
 
 
 @TASKS.register("mqar-repeated-keys")
 @dataclasses.dataclass
-class RepeatedKeyMQAR(Task):
-    """MQAR where each key is rebound N_k times; recall the most recent binding."""
+class RepeatedKeyMQAR(MQAR):
+    """MQAR where each key is rebound N_k times; recall the most recent binding.
+
+    Its parameters are MQAR's (other defaults) and ``num_key_repeats`` N_k; queries,
+    ``power_a`` and ``random_non_queries`` behave as in MQAR.
+    """
 
     description = "MQAR with each key repeated num_key_repeats times; answer = latest value"
-    law_family = "mqar"
 
     vocab_size: int = 512
     seq_len: int = 128
     num_facts: int = 10
     num_key_repeats: int = 2
-    power_a: float = 1.0
-    random_non_queries: bool = True
 
-    def validate(self) -> None:
-        super().validate()
+    def check_layout(self) -> None:
         check_range("task.num_key_repeats", self.num_key_repeats, 1)
         check_range("task.num_facts", self.num_facts, 1, self.num_values // self.num_key_repeats,
                     f"(num_facts·num_key_repeats distinct values must fit in V/2 = {self.num_values})")
         need = 2 * self.num_facts * (self.num_key_repeats + 1)
         check_range("task.seq_len", self.seq_len, need,
                     why=f"(needs L >= 2·num_facts·(num_key_repeats+1) = {need})")
-        if not self.power_a > 0:
-            fail("task.power_a", self.power_a, "must be > 0 (1.0 is uniform placement)")
 
     @classmethod
     def infeasible(cls, params):
@@ -62,10 +61,6 @@ class RepeatedKeyMQAR(Task):
         if got is not None and got[0] < 2 * got[1] * (got[2] + 1):
             return "seq_len_lt_4nf"
         return None
-
-    @property
-    def num_queries(self) -> int:
-        return self.num_facts
 
     def sample(self, batch_size, generator=None, device=None):
         B, Nf, Nk, V = batch_size, self.num_facts, self.num_key_repeats, self.vocab_size
