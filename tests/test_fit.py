@@ -29,7 +29,7 @@ def test_collapse_fit_recovers_a_and_covers_it():
     reps, covered_a, covered_b = 100, 0, 0
     for _ in range(reps):
         k = rng.binomial(QUERIES, p)
-        f = fit.fit_collapse(k, QUERIES, d, n, NUM_FACTS, V, task="mqar", model_kind="linear")
+        f = fit.fit_collapse(k, QUERIES, d, n, NUM_FACTS, V, family="mqar", model_kind="linear")
         assert abs(f.a / a_true - 1) < 0.10
         assert f.a_ci[0] < f.a < f.a_ci[1] and f.b_ci[0] < f.b < f.b_ci[1]
         covered_a += f.a_ci[0] <= a_true <= f.a_ci[1]
@@ -71,7 +71,7 @@ def test_effective_state_recovers_n_eff_and_covers_it():
     reps, covered = 100, 0
     for _ in range(reps):
         k = rng.binomial(QUERIES, p)
-        f = fit.fit_effective_state(k, QUERIES, d_model, num_facts, V, task="mqar")
+        f = fit.fit_effective_state(k, QUERIES, d_model, num_facts, V, family="mqar")
         assert abs(f.theta / n_eff - 1) < 0.10
         covered += f.theta_ci[0] <= n_eff <= f.theta_ci[1]
     assert covered >= 90, covered
@@ -129,8 +129,9 @@ def test_capacity_report():
     d, n_eff = 64, 16.0
     rep = fit.capacity_report(d, n_eff, V, "mqar", state_size=2 * d * 16, state_bits=16, delta=0.01)
     assert theory.recall_probability(V, rep.capacity, d, n_eff, 1.25) == pytest.approx(0.99, abs=1e-6)
-    assert rep.fano_min_bits == pytest.approx(0.99 * rep.capacity * math.log2(V / 2) - 1)
-    assert rep.bits_ratio == pytest.approx(16 * 2 * d * 16 / rep.fano_min_bits)
+    assert rep.fano_min_bits == pytest.approx(theory.fano_min_bits(rep.capacity, V, 0.01))
+    assert rep.state_bits_total == 16 * 2 * d * 16
+    assert rep.bits_ratio == pytest.approx(rep.state_bits_total / rep.fano_min_bits)
     none = fit.capacity_report(d, n_eff, V, "mqar", state_size=None)
     assert none.bits_ratio is None and none.state_bits_total is None
 

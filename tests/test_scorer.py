@@ -132,6 +132,30 @@ def test_collapse_and_effective_state(report):
         assert "ratio" not in c["best"] and "bits_ratio" not in c["best"]
 
 
+def test_auto_collapse_follows_the_declared_law_kind():
+    # full Mamba declares law_kind "full": the paper's curve, but no automatic collapse fit;
+    # a task that declares no law family gets accuracies only
+    rng = np.random.default_rng(4)
+    b = math.sqrt(2 * math.log(512))
+    cells = [(d, n) for d in (16, 32, 64) for n in (4, 8, 16) if n <= d]
+    recs = [make_record(adapter, d, n, 0, float(special.ndtr(math.sqrt(n * d / (0.625 * 32 + n)) - b)),
+                        rng=rng) for adapter in ("mamba", "linear-mamba") for d, n in cells]
+    black = make_record("linear-mamba", 16, 4, 0, 0.5, rng=rng)
+    black["config"]["task"]["name"], black["config_hash"] = "not-a-law-task", "black-box-run"
+    rep = scorer.score([*recs, black])
+    mamba = group(rep, "mamba")
+    assert mamba["model_kind"] == "full" and mamba["paper_a"] == 0.625
+    assert mamba["collapse"] is None and mamba["efficiency"]["best"]["ratio"] > 0
+    assert "paper_eq19" in mamba["cells"][0]["theory"]
+    lin = next(g for g in rep["groups"] if g["model"]["adapter"] == "linear-mamba"
+               and g["task"]["name"] == "mqar")
+    assert lin["collapse"]["best"]["a"] == pytest.approx(0.625, rel=0.15)
+    blind = next(g for g in rep["groups"] if g["task"]["name"] == "not-a-law-task")
+    assert blind["model_kind"] is None and blind["collapse"] is None and "has no law" in blind["note"]
+    forced = group(scorer.score(recs, collapse=True), "mamba")["collapse"]["best"]
+    assert forced["paper_a"] == 0.625 and forced["a"] == pytest.approx(0.625, rel=0.15)
+
+
 def test_impossible_is_flagged(report):
     assert len(report["impossible"]) == 1
     item = report["impossible"][0]
@@ -199,7 +223,7 @@ def test_cli_theory_text_and_json(capsys):
             "--d-state", "16", "--a", "1"]
     assert cli_theory.command(parse(cli_theory, argv)) == 0
     text = capsys.readouterr().out
-    assert "0.762" in text and "0.609" in text  # THEORY.md's example
+    assert "0.762" in text and "0.609" in text  # docs/theory.md, "Eq. 19 and eq. 20"
     assert cli_theory.command(parse(cli_theory, argv + ["--json", "--target", "0.99"])) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["recall"] == pytest.approx(theory.recall_probability(1024, 16, 32, 16, 1.0))
@@ -214,6 +238,22 @@ def test_cli_theory_text_and_json(capsys):
     assert doc["a"] == 2.0
     n = doc["requirement"]["min_d_state"]
     assert theory.recall_probability(512, 16, 256, n, 2.0) == pytest.approx(0.9, abs=1e-6)
+
+
+def test_cli_theory_takes_the_family_the_task_declares(capsys):
+    base = ["--vocab-size", "512", "--num-facts", "16", "--d-model", "64", "--d-state", "16",
+            "--model-kind", "designed", "--json"]
+    docs = {}
+    for task in ("mqar", "mqar-repeated-keys"):
+        assert cli_theory.command(parse(cli_theory, ["--task", task, *base])) == 0
+        docs[task] = json.loads(capsys.readouterr().out)
+    plain_mqar, repeated = docs["mqar"], docs["mqar-repeated-keys"]
+    assert plain_mqar["task"] == "mqar" and repeated["task"] == "mqar-repeated-keys"
+    assert plain_mqar["a"] == repeated["a"] == 3.0 and repeated["seq_len"] == 64
+    # the query-position average follows MQAR's own query slots only
+    assert "designed_position_average" in plain_mqar and "designed_position_average" not in repeated
+    with pytest.raises(ConfigError, match=r"^--task = 'nope' is not allowed: .*\bar\b.*mqar"):
+        cli_theory.command(parse(cli_theory, ["--task", "nope", *base]))
 
 
 @pytest.mark.parametrize("argv,flag", [

@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="result store directory, .jsonl or .json file(s)")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument("--collapse", choices=("auto", "always", "never"), default="auto",
-                        help="collapse fit: auto (linear-mamba and designed), always, never")
+                        help="collapse fit: auto (adapters of the law kinds designed and linear), "
+                             "always, never")
     parser.add_argument("--form", choices=theory.FORMS, default="eq19",
                         help="law form for the effective state (default eq19)")
     parser.add_argument("--delta", type=float, default=0.01,

@@ -7,7 +7,9 @@
 Prints σ, the recall probability (eq. 19, eq. 20 and Rem 4.3), top-k recall, Lem 4.1's
 worst-case condition, the state and the Fano minimum (Lem 4.5), the capacity N_f*(δ);
 with ``--target``, the smallest N·D, D and N (at ``--d-model``) for that probability
-(Rem 4.4).  Every formula is in :mod:`recallbench.law.theory`.
+(Rem 4.4).  ``--task`` is any registered task that declares a law family (``ar``,
+``mqar``); the family picks a and the default L.  Every formula is in
+:mod:`recallbench.law.theory`.
 """
 from __future__ import annotations
 
@@ -16,15 +18,17 @@ import dataclasses
 import json
 import math
 
-from recallbench.law import theory
+from recallbench.api.canonical import plain
+from recallbench.api.config import DEFAULT_TASK
 from recallbench.api.errors import ConfigError
-
-TASKS = ("ar", "mqar", "mqar-repeated-keys")
+from recallbench.law import declared, theory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``recallbench theory``."""
-    parser.add_argument("--task", choices=TASKS, default="mqar", help="task (default mqar)")
+    parser.add_argument("--task", default=DEFAULT_TASK["name"],
+                        help=f"a task the law describes (default {DEFAULT_TASK['name']}; "
+                             "see `recallbench list tasks`)")
     parser.add_argument("--vocab-size", type=int, help="V, vocabulary size (even, >= 4)")
     parser.add_argument("--num-facts", type=int, help="N_f, key-value facts in the context (1 to V/2 - 1)")
     parser.add_argument("--seq-len", type=int,
@@ -59,8 +63,21 @@ def _check(value, flag: str, ok: bool, allowed: str) -> None:
         raise ConfigError(f"{flag} = {value!r} is not allowed: {allowed}")
 
 
-def _validate(args) -> tuple[float, str | None]:
-    """Check every flag; return (a, model kind)."""
+def _family(task: str) -> str:
+    """The law family the task declares; ConfigError naming --task if it has none."""
+    family = declared.task_family(task)
+    if family is None:
+        from recallbench.api.registry import TASKS
+
+        known = [n for n in TASKS.names() if declared.task_family(n)]
+        raise ConfigError(f"--task = {task!r} is not allowed: a registered task the law "
+                          f"describes ({', '.join(known)})")
+    return family
+
+
+def _validate(args) -> tuple[float, str | None, str]:
+    """Check every flag; return (a, model kind, task family)."""
+    family = _family(args.task)
     v = _need(args.vocab_size, "--vocab-size", "an even integer >= 4")
     _check(v, "--vocab-size", v >= 4 and v % 2 == 0,
            "an even integer >= 4 (keys and values take one half each, as in the tasks)")
@@ -74,7 +91,7 @@ def _validate(args) -> tuple[float, str | None]:
     _check(args.d_state, "--d-state", args.d_state is None or args.d_state >= 1, "an integer >= 1")
     _check(args.n_layers, "--n-layers", args.n_layers >= 1, "an integer >= 1")
     if args.seq_len is not None:
-        if args.task == "ar":
+        if family == "ar":
             _check(args.seq_len, "--seq-len", args.seq_len == 2 * nf + 1,
                    f"AR has L = 2·num_facts + 1 = {2 * nf + 1}")
         else:
@@ -89,20 +106,45 @@ def _validate(args) -> tuple[float, str | None]:
         raise ConfigError("--a and --model-kind are exclusive: give one (a from the table, or your own)")
     if args.a is not None:
         _check(args.a, "--a", args.a > 0 and math.isfinite(args.a), "a number > 0")
-        return float(args.a), None
+        return float(args.a), None, family
     kind = args.model_kind or "linear"
-    return theory.coefficient_a(kind, args.task), kind
+    return theory.coefficient_a(kind, family), kind, family
+
+
+def _setting(args, a: float, kind: str | None, family: str) -> dict:
+    """Everything the law says about the flags' setting (D and N given), JSON-ready."""
+    v, nf, d, n, lam = args.vocab_size, args.num_facts, args.d_model, args.d_state, args.n_layers
+    seq_len = args.seq_len if args.seq_len is not None else (2 * nf + 1 if family == "ar" else 4 * nf)
+    s = float(theory.inverse_sigma(nf, d, n, a, lam))
+    state = float(theory.linear_state_size(d, n, lam))
+    out = {
+        "task": args.task, "vocab_size": v, "num_facts": nf, "seq_len": seq_len,
+        "d_model": d, "d_state": n, "n_layers": lam, "a": a, "model_kind": kind,
+        "form": args.form, "sigma": 1.0 / s, "inv_sigma": s,
+        "m_v": float(theory.m_v(v)) if v >= 3 else None,
+        "recall": theory.recall_from_inverse_sigma(s, v, args.form),
+        "recall_forms": {f: theory.recall_from_inverse_sigma(s, v, f) for f in theory.FORMS},
+        "top_k": args.top_k,
+        "recall_topk": theory.topk_from_inverse_sigma(s, v, args.top_k),
+        "worst_case": dataclasses.asdict(theory.worst_case(v, nf, d, n, family, seq_len)),
+        "state_size": state, "state_bits": args.state_bits, "delta": args.delta,
+        "fano_min_bits": float(theory.fano_min_bits(nf, v, args.delta)),
+        "state_bits_total": state * args.state_bits,
+        "fano_max_facts": float(theory.fano_max_facts(state, args.state_bits, v, args.delta)),
+        "capacity": float(theory.capacity(d, lam * n, v, a, args.delta, args.form)),
+    }
+    # the designed model's average over query positions follows the default task's slots
+    if kind == "designed" and family == "mqar" and args.task == DEFAULT_TASK["name"]:
+        out["designed_position_average"] = theory.designed_mqar_recall(
+            v, nf, seq_len, d, n, lam, args.form)
+    return out
 
 
 def compute(args) -> dict:
     """The JSON-ready answer for validated flags."""
-    a, kind = _validate(args)
-    out: dict = {}
+    a, kind, family = _validate(args)
     if args.d_model is not None and args.d_state is not None:
-        out = theory.summary(args.vocab_size, args.num_facts, args.d_model, args.d_state, a,
-                             task=args.task, seq_len=args.seq_len, n_layers=args.n_layers,
-                             top_k=args.top_k, form=args.form, state_bits=args.state_bits,
-                             delta=args.delta, model_kind=kind)
+        out = _setting(args, a, kind, family)
     else:
         out = {"task": args.task, "vocab_size": args.vocab_size, "num_facts": args.num_facts,
                "d_model": args.d_model, "n_layers": args.n_layers, "a": a, "model_kind": kind,
@@ -170,9 +212,7 @@ def command(args) -> int:
     """Run ``recallbench theory``; ConfigError on a bad flag (the CLI exits 2)."""
     out = compute(args)
     if args.json:
-        from recallbench.law.scorer import _jsonable
-
-        print(json.dumps(_jsonable(out), indent=2))
+        print(json.dumps(plain(out), indent=2))
     else:
         print(render_text(out))
     return 0

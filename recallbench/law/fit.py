@@ -164,7 +164,7 @@ class CollapseFit:
     a_ci: tuple[float, float]
     b: float
     b_ci: tuple[float, float]
-    paper_a: float | None  # theory.A_TABLE for the model kind and task
+    paper_a: float | None  # theory.A_TABLE for the model kind and task family
     paper_b: float  # √(2 log V)
     vocab_size: float
     level: float
@@ -185,14 +185,14 @@ def _arrays(*xs):
 
 
 def fit_collapse(correct, total, d_model, d_state, num_facts, vocab_size, n_layers=1,
-                 task: str = "mqar", model_kind: str | None = "linear", level: float = 0.95,
+                 family: str = "mqar", model_kind: str | None = "linear", level: float = 0.95,
                  overdispersion: bool = True) -> CollapseFit:
     """Maximum-likelihood (a, b) of the collapse law on binomial counts (one V).
 
     p_i = Φ(x_i(a) − b), x_i(a) = √(Λ_i·N_i·D_i / (a·N_f,i + Λ_i·N_i)).  The likelihood is
     profiled: for a fixed a the best b is a 1-D convex problem (probit), and a is found
     by a grid over log a ∈ [log 1e-3, log 1e3] then Brent's method.  Both CIs are profile
-    likelihood intervals (see the module doc).  ``paper_a`` is ``A_TABLE[model_kind, task]``
+    likelihood intervals (see the module doc).  ``paper_a`` is ``A_TABLE[model_kind, family]``
     (None without a model kind), ``paper_b`` = √(2 log V).
     """
     k, n, d, ns, nf, v, lam = _arrays(correct, total, d_model, d_state, num_facts, vocab_size,
@@ -234,7 +234,7 @@ def fit_collapse(correct, total, d_model, d_state, num_facts, vocab_size, n_laye
     b_hi = math.inf if b_hi >= b_hat + 30.0 else b_hi
     a_lo = 0.0 if la_lo <= LOG_A_BOUNDS[0] else math.exp(la_lo)
     a_hi = math.inf if la_hi >= LOG_A_BOUNDS[1] else math.exp(la_hi)
-    paper_a = theory.coefficient_a(model_kind, task) if model_kind else None
+    paper_a = theory.coefficient_a(model_kind, family) if model_kind else None
     return CollapseFit(a=math.exp(la_hat), a_ci=(a_lo, a_hi), b=b_hat, b_ci=(b_lo, b_hi),
                        paper_a=paper_a, paper_b=theory.sqrt_2_log_v(v[0]),
                        vocab_size=float(v[0]), level=level, nll=f_hat, deviance=deviance,
@@ -254,7 +254,7 @@ class EffectiveStateFit:
 
     theta: float  # the fitted multiplier: N_eff,i = theta · scale_i
     theta_ci: tuple[float, float]
-    a: float  # the reference model's a (trained linear, for the task)
+    a: float  # the reference model's a (trained linear, for the task family)
     form: str
     expand: int
     level: float
@@ -278,14 +278,14 @@ class EffectiveStateFit:
         return dataclasses.asdict(self)
 
 
-def fit_effective_state(correct, total, d_model, num_facts, vocab_size, task: str = "mqar",
+def fit_effective_state(correct, total, d_model, num_facts, vocab_size, family: str = "mqar",
                         scale=1.0, form: str = "eq19", expand: int = 2, level: float = 0.95,
                         overdispersion: bool = True) -> EffectiveStateFit:
     """The fitted effective state S_eff of a black-box model, by maximum likelihood.
 
     Definition.  The reference is the simplified linear Mamba (Alg. 1, expand 2, trained),
     whose recall the law gives as p = law(D, N_eff, N_f, V): σ² = a·N_f/(N_eff·D) + 1/D
-    with a = ``A_TABLE["linear", task]`` (1 for AR, 5/4 for MQAR), then eq. 19 (or the
+    with a = ``A_TABLE["linear", family]`` (1 for AR, 5/4 for MQAR), then eq. 19 (or the
     ``form`` given).  Each measured point i keeps its own width D_i, facts N_f,i and
     vocabulary V_i.  One parameter θ is fitted over all points, with N_eff,i = θ·scale_i:
 
@@ -305,7 +305,7 @@ def fit_effective_state(correct, total, d_model, num_facts, vocab_size, task: st
     k, n, d, nf, v, sc = (x[keep] for x in (k, n, d, nf, v, sc))
     if len(k) < 1:
         raise ValueError("fit_effective_state needs at least one point with queries")
-    a = theory.coefficient_a("linear", task)
+    a = theory.coefficient_a("linear", family)
 
     def nll(log_theta):
         n_eff = math.exp(log_theta) * sc
@@ -345,7 +345,7 @@ class CapacityReport:
     bits_ratio: float | None  # b·S / Fano minimum (None when S is unknown or the minimum is 0 or inf)
 
 
-def capacity_report(d_model, n_eff, vocab_size, task: str = "mqar", state_size=None,
+def capacity_report(d_model, n_eff, vocab_size, family: str = "mqar", state_size=None,
                     state_bits: int = 32, delta: float = 0.01, form: str = "eq19",
                     a: float | None = None) -> CapacityReport:
     """N_f*(δ) of the linear reference law at (D, N_eff) and the Fano minimum there.
@@ -355,7 +355,7 @@ def capacity_report(d_model, n_eff, vocab_size, task: str = "mqar", state_size=N
     many times the information the demonstrated capacity needs the state could hold.
     """
     if a is None:
-        a = theory.coefficient_a("linear", task)
+        a = theory.coefficient_a("linear", family)
     if math.isinf(n_eff):
         cap = math.inf
     else:

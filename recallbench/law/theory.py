@@ -8,7 +8,7 @@ L   (``seq_len``)      sequence length
 D   (``d_model``)      model width
 N   (``d_state``)      SSM state size per channel
 Λ   (``n_layers``)     layers; a Λ-layer model recalls like one layer with N_eff = Λ·N (Thm 4.6)
-a                      noise coefficient of the model kind and task (table ``A_TABLE``)
+a                      noise coefficient of the model kind and task family (``A_TABLE``)
 b                      offset of the collapse curve, ≈ √(2 log V)
 σ   (``sigma``)        noise of the read-out: σ² = a·N_f/(N·D) + 1/D (Thm 4.2)
 s   (``inv_sigma``)    1/σ = √(N·D/(a·N_f + N)), the collapse variable x of Rem 4.3
@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
-
 import numpy as np
 from scipy import optimize, special
 
@@ -48,7 +46,8 @@ TASK_FAMILIES = ("ar", "mqar")
 #: The coefficient a of σ² = a·N_f/(N·D) + 1/D as used in the paper's code (Rem 4.3).
 #: "designed": fixed JL weights (Alg. 1 with the hashing circuit of Thm 3.2);
 #: "linear": the simplified linear Mamba, trained; "full": full Mamba, trained (heuristic:
-#: half of linear).  Repeated-key MQAR uses the MQAR value.
+#: half of linear).  Tasks pick the column by their declared ``law_family`` (repeated-key
+#: MQAR declares "mqar").
 A_TABLE: dict[tuple[str, str], float] = {
     ("designed", "ar"): 2.0,
     ("designed", "mqar"): 3.0,
@@ -58,8 +57,12 @@ A_TABLE: dict[tuple[str, str], float] = {
     ("full", "mqar"): 5.0 / 8.0,
 }
 
-#: Model kind of the adapters whose N and D mean what they mean in the law.
-ADAPTER_KINDS = {"designed": "designed", "linear-mamba": "linear", "mamba": "full"}
+#: The model kinds whose N and D are the law's own N and D, so that ``recallbench score``
+#: fits the collapse for them by default: the designed model and the simplified linear
+#: Mamba.  Full Mamba's a is a heuristic (half of linear), and its expansion, convolution
+#: and gates make its N and D the law's only loosely: it gets the table's curve, no
+#: automatic collapse fit.
+COLLAPSE_KINDS = frozenset({"designed", "linear"})
 
 _LOG_TINY = -50.0  # e^-50 ≈ 2e-22: what the quadrature window may drop
 
@@ -77,28 +80,19 @@ def _check_form(form: str) -> None:
 
 # -- the coefficient a --------------------------------------------------------------
 
-def task_family(task: str) -> str:
-    """``"ar"`` or ``"mqar"``: the column of ``A_TABLE`` a task uses.
-
-    ``"mqar-repeated-keys"`` (and any other MQAR variant) maps to ``"mqar"``.
-    """
-    if task == "ar":
-        return "ar"
-    if task.startswith("mqar"):
-        return "mqar"
-    raise ValueError(f"task = {task!r} is not allowed: ar, mqar or an mqar variant")
-
-
-def coefficient_a(model_kind: str, task: str) -> float:
-    """The paper's a for a model kind (designed, linear, full) and a task (Rem 4.3)."""
+def coefficient_a(model_kind: str, family: str) -> float:
+    """The paper's a for a model kind (designed, linear, full) and a task family (ar, mqar),
+    Rem 4.3.  Plugins declare both (``Adapter.law_kind``, ``Task.law_family``)."""
     if model_kind not in MODEL_KINDS:
         raise ValueError(f"model_kind = {model_kind!r} is not allowed: one of {', '.join(MODEL_KINDS)}")
-    return A_TABLE[(model_kind, task_family(task))]
+    check_family(family)
+    return A_TABLE[(model_kind, family)]
 
 
-def adapter_kind(adapter: str) -> str | None:
-    """The model kind of an adapter name, or None when the law's N and D have no meaning for it."""
-    return ADAPTER_KINDS.get(adapter)
+def check_family(family: str) -> None:
+    """ValueError unless ``family`` is a task family of the law (``TASK_FAMILIES``)."""
+    if family not in TASK_FAMILIES:
+        raise ValueError(f"family = {family!r} is not allowed: one of {', '.join(TASK_FAMILIES)}")
 
 
 # -- σ (Thm 4.2, Thm 4.6) -----------------------------------------------------------
@@ -238,7 +232,8 @@ def recall_probability(vocab_size, num_facts, d_model, d_state, a, n_layers=1, f
     """p for a model of width D, state N, Λ layers, holding N_f facts (Thm 4.2 with Thm 4.6).
 
     σ² = a·N_f/(Λ·N·D) + 1/D, then eq. 19 (default), eq. 20 or Rem 4.3 by ``form``.
-    Example (THEORY.md): V=1024, N_f=16, D=32, N=16, a=1 gives 0.762 (eq. 19), 0.609 (Rem 4.3).
+    Example (docs/theory.md, "Eq. 19 and eq. 20"): V=1024, N_f=16, D=32, N=16, a=1 gives
+    0.762 (eq. 19), 0.609 (Rem 4.3).
     """
     return recall_from_inverse_sigma(inverse_sigma(num_facts, d_model, d_state, a, n_layers),
                                      vocab_size, form)
@@ -273,9 +268,9 @@ class WorstCase:
     solved: bool
 
 
-def worst_case(vocab_size: int, num_facts: int, d_model: int, d_state: int, task: str = "ar",
+def worst_case(vocab_size: int, num_facts: int, d_model: int, d_state: int, family: str = "ar",
                seq_len: int | None = None) -> WorstCase:
-    """Lem 4.1's sufficient condition for exact recall of every query.
+    """Lem 4.1's sufficient condition for exact recall of every query, for a task family.
 
     AR is solved if ε_v + ε_k + 2N_f·ε_v·ε_k < 1/2, MQAR if ε_v + ε_k + L·ε_v·ε_k < 1/2.
     For MQAR ``seq_len`` defaults to 4·N_f.
@@ -283,7 +278,8 @@ def worst_case(vocab_size: int, num_facts: int, d_model: int, d_state: int, task
     log_v = math.log(vocab_size)
     eps_v = math.sqrt(4.0 * log_v / d_model)
     eps_k = math.sqrt(4.0 * log_v / d_state)
-    if task_family(task) == "ar":
+    check_family(family)
+    if family == "ar":
         c = 2.0 * num_facts
     else:
         c = float(seq_len if seq_len is not None else 4 * num_facts)
@@ -438,7 +434,8 @@ def designed_mqar_effective_a(vocab_size, num_facts, seq_len, d_model, d_state, 
                               form: str = "eq19") -> float:
     """The a for which p(σ² = a·N_f/(N·D) + 1/D) equals :func:`designed_mqar_recall`.
 
-    THEORY.md: a_eff ≈ 2 + (L − 2N_f)/(2N_f), i.e. ≈ 3 at L = 4N_f, the paper's designed-MQAR a.
+    a_eff ≈ 2 + (L − 2N_f)/(2N_f), i.e. ≈ 3 at L = 4N_f, the paper's designed-MQAR a
+    (docs/theory.md, "The designed model").
     """
     target = designed_mqar_recall(vocab_size, num_facts, seq_len, d_model, d_state, n_layers, form)
 
@@ -446,39 +443,3 @@ def designed_mqar_effective_a(vocab_size, num_facts, seq_len, d_model, d_state, 
         return recall_probability(vocab_size, num_facts, d_model, d_state, a, n_layers, form) - target
 
     return float(optimize.brentq(g, 1e-6, 1e6, xtol=1e-10, rtol=1e-10))
-
-
-def summary(vocab_size: int, num_facts: int, d_model: int, d_state: int, a: float,
-            task: str = "mqar", seq_len: int | None = None, n_layers: int = 1, top_k: int = 1,
-            form: str = "eq19", state_bits: int = 32, delta: float = 0.01,
-            target: float | None = None, model_kind: str | None = None) -> dict[str, Any]:
-    """Everything the law says about one setting, as a JSON-ready dict (used by the CLI)."""
-    fam = task_family(task)
-    if seq_len is None:
-        seq_len = 2 * num_facts + 1 if fam == "ar" else 4 * num_facts
-    s = float(inverse_sigma(num_facts, d_model, d_state, a, n_layers))
-    state = float(linear_state_size(d_model, d_state, n_layers))
-    wc = worst_case(vocab_size, num_facts, d_model, d_state, task, seq_len)
-    out: dict[str, Any] = {
-        "task": task, "vocab_size": vocab_size, "num_facts": num_facts, "seq_len": seq_len,
-        "d_model": d_model, "d_state": d_state, "n_layers": n_layers, "a": a,
-        "model_kind": model_kind, "form": form,
-        "sigma": 1.0 / s, "inv_sigma": s, "m_v": float(m_v(vocab_size)) if vocab_size >= 3 else None,
-        "recall": recall_from_inverse_sigma(s, vocab_size, form),
-        "recall_forms": {f: recall_from_inverse_sigma(s, vocab_size, f) for f in FORMS},
-        "top_k": top_k,
-        "recall_topk": topk_from_inverse_sigma(s, vocab_size, top_k),
-        "worst_case": dataclasses.asdict(wc),
-        "state_size": state, "state_bits": state_bits, "delta": delta,
-        "fano_min_bits": float(fano_min_bits(num_facts, vocab_size, delta)),
-        "state_bits_total": state * state_bits,
-        "fano_max_facts": float(fano_max_facts(state, state_bits, vocab_size, delta)),
-        "capacity": float(capacity(d_model, n_layers * d_state, vocab_size, a, delta, form)),
-    }
-    if model_kind == "designed" and fam == "mqar" and task == "mqar":
-        out["designed_position_average"] = designed_mqar_recall(
-            vocab_size, num_facts, seq_len, d_model, d_state, n_layers, form)
-    if target is not None:
-        out["requirement"] = dataclasses.asdict(
-            requirement(target, vocab_size, num_facts, a, d_model, n_layers, form))
-    return out

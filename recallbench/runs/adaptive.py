@@ -6,8 +6,9 @@
 A full D×N grid spends most of its runs where recall is ≈ 0 or ≈ 1, where a binomial
 count says almost nothing about a.  Instead:
 
-1. Start from the law's prediction: a₀ = ``theory.coefficient_a(kind, task)`` (kind from
-   the adapter: designed, linear or full; ``linear`` for others) and b₀ = m_V (eq. 20),
+1. Start from the law's prediction: a₀ = ``theory.coefficient_a(kind, family)`` (the
+   adapter's declared law kind: designed, linear or full; ``linear`` for others; the
+   task's declared family) and b₀ = m_V (eq. 20),
    so p(D, N) = Φ(x − b) with x = √(Λ·N·D / (a·N_f + Λ·N)), the collapse of
    :func:`recallbench.law.fit.fit_collapse`.
 2. Each round, place ``batch`` runs on not-yet-run candidate cells: among those whose
@@ -54,7 +55,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from scipy import special
 
-from recallbench.law import theory
+from recallbench.law import declared, theory
 from recallbench.law.fit import fit_collapse
 
 Runner = Callable[[Mapping[str, Any]], dict]
@@ -83,9 +84,9 @@ def _law_inputs(base_config: Mapping[str, Any]) -> dict[str, Any]:
 
     cfg = resolve(base_config)
     task = cfg.task
-    kind = theory.adapter_kind(cfg.model.adapter) or "linear"
-    return {"task": cfg.task_name, "vocab_size": task.vocab_size, "num_facts": task.num_facts,
-            "n_layers": cfg.model.n_layers, "kind": kind,
+    kind = declared.model_kind(cfg.model.adapter) or "linear"
+    return {"family": declared.task_family(cfg.task_name), "vocab_size": task.vocab_size,
+            "num_facts": task.num_facts, "n_layers": cfg.model.n_layers, "kind": kind,
             "queries": cfg.train.test_size * task.num_queries}
 
 
@@ -182,7 +183,7 @@ def adaptive_search(base_config: Mapping[str, Any], candidates: Sequence[tuple[i
     runner = runner or _default_runner
     law = _law_inputs(base_config)
     nf, lam, V, queries = law["num_facts"], law["n_layers"], law["vocab_size"], law["queries"]
-    a_prior = float(a0) if a0 is not None else theory.coefficient_a(law["kind"], law["task"])
+    a_prior = float(a0) if a0 is not None else theory.coefficient_a(law["kind"], law["family"])
     b_prior = float(b0) if b0 is not None else float(theory.m_v(V))
     cells = sorted({(int(d), int(n)) for d, n in candidates if 1 <= int(n) <= int(d)})
     if not cells:
@@ -219,7 +220,7 @@ def adaptive_search(base_config: Mapping[str, Any], candidates: Sequence[tuple[i
         pts = _points(records)
         if len(pts) >= 2:
             try:
-                fit = fit_collapse(*pts.T, task=law["task"], model_kind=law["kind"], level=level)
+                fit = fit_collapse(*pts.T, family=law["family"], model_kind=law["kind"], level=level)
             except ValueError:
                 fit = None
         if fit is not None:
@@ -259,8 +260,8 @@ def _stable(history_a: Sequence[float], tol: float, rounds: int = STABLE_ROUNDS)
     return all(abs(a - last[-1]) <= 0.5 * tol * last[-1] for a in last)
 
 
-def fit_records(records: Sequence[dict], task: str = "mqar", model_kind: str | None = "linear",
+def fit_records(records: Sequence[dict], family: str = "mqar", model_kind: str | None = "linear",
                 level: float = 0.95):
     """``fit_collapse`` on result records (successful ones), e.g. a full grid's."""
     pts = _points(records)
-    return fit_collapse(*pts.T, task=task, model_kind=model_kind, level=level)
+    return fit_collapse(*pts.T, family=family, model_kind=model_kind, level=level)
