@@ -17,6 +17,7 @@ from recallbench.api.config import resolve
 from recallbench.harness.loop import masked_loss
 from recallbench.harness.model import RecallModel
 from recallbench.api.registry import ADAPTERS
+from selection import runnable_adapters  # benchmarks/selection.py
 
 
 def step_ms(name: str, steps: int) -> float:
@@ -51,12 +52,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"B=32 L=64 d_model=64 d_state=16, 1 layer, {args.threads} thread(s), "
           f"{args.steps} steps each")
-    for name, origin, ok, why in ADAPTERS.describe():
-        if args.only and name not in args.only:
-            continue
-        if not ok:
-            print(f"{name:<18} unavailable: {why}")
-            continue
+    for name in runnable_adapters(args.only):
         try:
             ms = step_ms(name, args.steps)
         except Exception as exc:  # report and go on: one broken adapter must not hide the rest

@@ -24,6 +24,7 @@ from recallbench.api.config import resolve
 from recallbench.harness.loop import masked_loss
 from recallbench.harness.model import RecallModel
 from recallbench.api.registry import ADAPTERS
+from selection import runnable_adapters  # benchmarks/selection.py
 
 
 def build(name: str, device: str, d_model: int, d_state: int):
@@ -91,12 +92,7 @@ def main() -> int:
     torch.backends.cudnn.allow_tf32 = False
     torch.set_num_threads(1)
     rows = []
-    for name, _, ok, why in ADAPTERS.describe():
-        if args.only and name not in args.only:
-            continue
-        if not ok:
-            print(f"{name:<18} skipped: {why}")
-            continue
+    for name in runnable_adapters(args.only, word="skipped"):
         try:
             row = compare(name, args.device, args)
         except Exception as exc:  # one failing path must not hide the others
