@@ -20,18 +20,32 @@ from typing import Any
 
 import torch
 
+from recallbench.api.errors import ConfigError
+from recallbench.api.registry import ADAPTERS
+
 SCHEMA = "recallbench.result/1"
 DTYPE_BITS = {torch.float32: 32, torch.float16: 16, torch.bfloat16: 16, torch.float64: 64}
 
 
-def versions(extra: tuple[str, ...] = ("mamba-ssm", "flash-linear-attention")) -> dict[str, str]:
+def versions(distribution: str | None = None) -> dict[str, str]:
+    """Python's version and those of recallbench, torch, Lightning and ``distribution``
+    (the one an adapter declares runs its mixer), each under its distribution name."""
     out = {"python": platform.python_version()}
-    for dist in ("recallbench", "torch", "lightning", *extra):
+    for dist in ("recallbench", "torch", "lightning", *([distribution] if distribution else [])):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+def adapter_distribution(name: str | None) -> str | None:
+    """The distribution an adapter declares (``Adapter.distribution``); None if the adapter
+    declares none or cannot be loaded here."""
+    try:
+        return ADAPTERS.get(name).distribution if name else None
+    except ConfigError:
+        return None
 
 
 def device_name(device: torch.device) -> str:
@@ -67,7 +81,7 @@ def make_record(cfg, adapter, model, test: dict[str, Any], *, steps: int, train_
         "seed": cfg.train.seed,
         "config": cfg.to_dict(),
         "config_hash": cfg.hash(),
-        "versions": versions(),
+        "versions": versions(adapter.distribution),
         "device": device_name(device),
     }
 
@@ -75,4 +89,5 @@ def make_record(cfg, adapter, model, test: dict[str, Any], *, steps: int, train_
 def failed_record(cfg, error: str) -> dict:
     """The record of a run that raised or diverged: its config, and why."""
     return {"schema": SCHEMA, "status": "failed", "error": error, "seed": cfg.train.seed,
-            "config": cfg.to_dict(), "config_hash": cfg.hash(), "versions": versions()}
+            "config": cfg.to_dict(), "config_hash": cfg.hash(),
+            "versions": versions(adapter_distribution(cfg.model.adapter))}
