@@ -38,7 +38,7 @@ def lossy() -> dict:
     """
     from recallbench.api.config import resolve
     from recallbench.law.fit import fit_effective_state
-    from recallbench.pytest_plugin import build
+    from recallbench.pytest_plugin.markers import build
     from recallbench.harness.train import run
 
     raw, _ = build([LOSSY_KEYS])
@@ -95,6 +95,9 @@ def test_passing_recall_test_summary_and_marker_only(pytester):
         "*::test_marker_only * 1.0000 * cached*",
         "1 training run(s) for 2 measurement(s)",
     ])
+    exact = _report(pytester)["tests"][0]
+    assert exact["effective_state"] is None  # S_eff = inf is written as plain JSON: null
+    assert exact["effective_state_ci"][0] > 0 and exact["effective_state_ci"][1] is None
 
 
 def test_min_accuracy_fails_like_an_assertion(pytester, lossy):
@@ -416,6 +419,23 @@ def test_unavailable_device_skips(pytester):
 @pytest.mark.parametrize("x, shown", [(998.2, "998"), (1038.7, "1040"), (31.34, "31.3"),
                                       (2.5e8, "2.5e+08"), (float("inf"), "inf")])
 def test_summary_numbers_keep_three_digits_without_exponents_in_range(x, shown):
-    from recallbench.pytest_plugin import _num
+    from recallbench.pytest_plugin.summary import short_number
 
-    assert _num(x) == shown
+    assert short_number(x) == shown
+
+
+def test_baseline_files_of_older_versions_with_inf_strings_are_read_as_numbers(tmp_path):
+    from recallbench.pytest_plugin import baseline
+
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"schema": "recallbench.baseline/1", "tests": {
+        "t::a": {"accuracy": "inf", "correct": 3, "total": 4, "state_size": "inf",
+                 "config_hash": "h", "config": {"task": {"name": "inf"}}}}}))
+    stored = baseline.load(path)["t::a"]
+    assert stored["accuracy"] == float("inf") and stored["state_size"] == float("inf")
+    assert stored["config"] == {"task": {"name": "inf"}}  # only the numbers are revived
+    record = {"accuracy": 0.75, "correct": 3, "total": 4, "config_hash": "h", "config": {}}
+    problems = []
+    status = baseline.compare(stored, "t::a", record, 0.02, path="old.json", regen_hint="regen",
+                              budget=1.0, problems=problems)
+    assert status["status"] == "REGRESSED" and "stored   accuracy inf (3/4)" in problems[0]

@@ -1,0 +1,111 @@
+"""The ``factory=`` adapter: an ``nn.Module`` factory given to ``recall(...)`` as a model.
+
+    label = register_factory(lambda d_model, layer_idx: MyMixer(d_model))
+    # config: model.adapter = FACTORY_ADAPTER, model.options = {"factory": label, ...}
+
+The factory is kept in this process under a label (``module:qualname``); the adapter
+registered as :data:`FACTORY_ADAPTER` (on first use, so that torch loads only then)
+builds Λ blocks ``x + factory(...)(norm(x))``, each (B, L, D) -> (B, L, D), and reports
+the state size the test gave (``state_size=``).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+FACTORY_ADAPTER = "pytest-factory"
+
+_FACTORIES: dict[str, Callable] = {}  # label -> the factory of the run being built
+_FACTORY_CLASS = None
+
+
+def register_factory(factory: Callable) -> str:
+    """Keep ``factory`` for the run being built, register the adapter; return its label."""
+    target = getattr(factory, "func", factory)  # functools.partial
+    qual = getattr(target, "__qualname__", None) or type(target).__qualname__
+    label = f"{getattr(target, '__module__', None) or '?'}:{qual}"
+    _FACTORIES[label] = factory
+    _factory_adapter()  # registered under FACTORY_ADAPTER
+    return label
+
+
+def _call_factory(factory: Callable, cfg, layer_idx: int, device):
+    """Call ``factory`` with the config values its parameters name, else (d_model, layer_idx)."""
+    import inspect
+
+    available = {"d_model": cfg.d_model, "layer_idx": layer_idx, "d_state": cfg.d_state,
+                 "n_heads": cfg.n_heads, "expand": cfg.expand, "d_conv": cfg.d_conv,
+                 "device": device}
+    try:
+        params = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return factory(cfg.d_model, layer_idx)
+    empty = inspect.Parameter.empty
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    required = [p for p in params if p.default is empty and p.kind in
+                (*named, inspect.Parameter.POSITIONAL_ONLY)]
+    if all(p.kind in named and p.name in available for p in required):
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            kwargs = dict(available)
+        else:
+            kwargs = {p.name: available[p.name] for p in params
+                      if p.kind in named and p.name in available}
+        return factory(**kwargs)
+    return factory(cfg.d_model, layer_idx)
+
+
+def _factory_adapter():
+    """The ad-hoc adapter that wraps ``recall(factory=...)`` (defined and registered once)."""
+    global _FACTORY_CLASS
+    if _FACTORY_CLASS is not None:
+        return _FACTORY_CLASS
+    import dataclasses
+
+    from torch import nn
+
+    from recallbench.api.adapter import Adapter, PreNormResidual
+    from recallbench.api.config import HEAD_PATTERNS
+    from recallbench.api.errors import ConfigError
+    from recallbench.api.fields import from_mapping
+    from recallbench.api.registry import ADAPTERS
+
+    @dataclasses.dataclass
+    class FactoryOptions:
+        factory: str = ""
+        state_size: int | None = None
+
+    class FactoryAdapter(Adapter):
+        description = "an nn.Module factory given to the recall fixture (pytest plugin)"
+        library_class = "recall(factory=...)"
+        state_formula = "given by the test (state_size=)"
+        head_patterns = HEAD_PATTERNS
+
+        def validate(self) -> None:
+            super().validate()
+            self.options = from_mapping(FactoryOptions, self.cfg.options, "model.options")
+            self.factory = _FACTORIES.get(self.options.factory)
+            if self.factory is None:
+                raise ConfigError(f"adapter {FACTORY_ADAPTER} is for the pytest plugin's "
+                                  f"recall(factory=...) only (no factory "
+                                  f"{self.options.factory!r} in this process)")
+
+        def build_blocks(self, device):
+            blocks = []
+            for i in range(self.cfg.n_layers):
+                mixer = _call_factory(self.factory, self.cfg, i, device)
+                if not isinstance(mixer, nn.Module):
+                    raise ConfigError(f"factory {self.options.factory} returned "
+                                      f"{type(mixer).__name__}, expected an nn.Module")
+                blocks.append(PreNormResidual(mixer, self.cfg.d_model))
+            return nn.ModuleList(blocks).to(device)
+
+        def state_size(self):
+            return self.options.state_size
+
+        def state_note(self):
+            if self.options.state_size is None:
+                return "unknown: pass state_size= to the recall marker"
+            return self.state_formula
+
+    ADAPTERS.register(FACTORY_ADAPTER)(FactoryAdapter)
+    _FACTORY_CLASS = FactoryAdapter
+    return FactoryAdapter

@@ -1,0 +1,67 @@
+"""The ``recall summary`` section at the end of a pytest run: one row per measurement.
+
+    test  accuracy  correct/total  state  S_eff [95% CI]  steps  wall  baseline
+
+then the number of training runs, the budget, the baseline file, and the files written.
+"""
+from __future__ import annotations
+
+import math
+
+
+def short_number(x: float) -> str:
+    """Three significant digits, without an exponent for S_eff's usual range (1040, not
+    1.04e+03)."""
+    if x == math.inf:
+        return "inf"
+    if 100 <= abs(x) < 1e7:
+        return f"{float(f'{x:.3g}'):.0f}"
+    return f"{x:.3g}"
+
+
+def _row(m: dict) -> tuple[str, ...]:
+    """One measurement's cells: test, accuracy, counts, state, S_eff, steps, wall, baseline."""
+    rec = m.get("record")
+    if rec is None:
+        err = ("skipped: " if m.get("skipped") else "error: ") + (m.get("error") or "?")
+        return (m["key"], "-", "", "", "", "", "", err if len(err) <= 90 else err[:89] + "…")
+    state = "-" if rec["state_size"] is None else str(rec["state_size"])
+    if m.get("effective_state") is None:
+        seff = "-"
+    else:
+        lo, hi = m["effective_state_ci"]
+        seff = f"{short_number(m['effective_state'])} [{short_number(lo)}, {short_number(hi)}]"
+    base = m.get("baseline")
+    if base is None:
+        btxt = "-"
+    elif base["accuracy"] is None:
+        btxt = base["status"]
+    else:
+        btxt = f"{base['accuracy']:.4f} {base['status']}"
+    return (m["key"], f"{rec['accuracy']:.4f}", f"{rec['correct']}/{rec['total']}",
+            state, seff, str(rec["steps"]),
+            "cached" if m["cached"] else f"{rec['wall_s']:.1f}s", btxt)
+
+
+def write_summary(tr, session) -> None:
+    """Write the section for a :class:`~recallbench.pytest_plugin.session.RecallSession`."""
+    tr.write_sep("=", "recall summary")
+    rows = [("test", "accuracy", "correct/total", "state", "S_eff [95% CI]", "steps",
+             "wall", "baseline")]
+    rows += [_row(m) for m in session.measurements]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    widths[0] = min(widths[0], 70)
+    for r in rows:
+        name = r[0] if len(r[0]) <= widths[0] else "…" + r[0][-(widths[0] - 1):]
+        cells = [name.ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:-1], widths[1:-1])]
+        tr.write_line("  ".join(cells + [r[-1]]).rstrip())
+    notes = [f"{session.runs} training run(s) for {len(session.measurements)} measurement(s)"]
+    if session.budget != 1.0:
+        notes.append(f"budget x{session.budget:g}")
+    if session.baseline_path is not None:
+        notes.append(f"baseline {session.baseline_arg} (tolerance {session.tolerance:g})")
+    tr.write_line("; ".join(notes))
+    for path in session.written:
+        is_baseline = session.baseline_path is not None and path == str(session.baseline_path)
+        what = "baseline" if is_baseline else "report"
+        tr.write_line(f"recall {what} written to {path}")
