@@ -64,11 +64,12 @@ def plain(obj: Any) -> Any:
         return {str(k): plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [plain(v) for v in obj]
-    if isinstance(obj, bool) or type(obj).__name__ == "bool_":
+    if isinstance(obj, bool) or getattr(getattr(obj, "dtype", None), "kind", "") == "b":
         return bool(obj)
-    if isinstance(obj, int) or hasattr(obj, "dtype") and getattr(obj.dtype, "kind", "") in "iu":
+    kind = getattr(getattr(obj, "dtype", None), "kind", None)  # numpy scalars
+    if isinstance(obj, int) or kind in ("i", "u"):
         return int(obj)
-    if isinstance(obj, float) or hasattr(obj, "dtype") and getattr(obj.dtype, "kind", "") == "f":
+    if isinstance(obj, float) or kind == "f":
         x = float(obj)
         return x if math.isfinite(x) else None
     return obj
