@@ -194,6 +194,26 @@ def test_write_report(tmp_path, report):
         assert path.split("/")[-1] in md
 
 
+def test_drawing_leaves_the_users_matplotlib_backend_alone(tmp_path, report):
+    """A notebook's backend must survive a report: figures are drawn without pyplot."""
+    import os
+    import subprocess
+    import sys
+
+    from recallbench.api.canonical import plain
+
+    (tmp_path / "report.json").write_text(json.dumps(plain(report)))
+    code = ("import json, sys, matplotlib; from recallbench.law import scorer; "
+            "scorer.write_report(json.load(open(sys.argv[1])), sys.argv[2]); "
+            "print(matplotlib.get_backend())")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "report.json"),
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MPLBACKEND": "svg"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "svg"
+    assert list((tmp_path / "out" / "figures").glob("*.png"))
+
+
 def parse(module, argv):
     parser = argparse.ArgumentParser()
     module.add_arguments(parser)

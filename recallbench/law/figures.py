@@ -1,4 +1,4 @@
-"""Figures of a score report (:func:`recallbench.law.scorer.score`), matplotlib with Agg.
+"""Figures of a score report (:func:`recallbench.law.scorer.score`), drawn on matplotlib Figures without pyplot (a user's backend is never switched).
 
 They read the JSON-ready report dict only, so a saved ``report.json`` can be drawn again:
 
@@ -16,9 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure
 import numpy as np  # noqa: E402
 from matplotlib import colors as mcolors  # noqa: E402
 from matplotlib import patheffects  # noqa: E402
@@ -30,6 +28,12 @@ from recallbench.law.report import ci_text, group_title  # noqa: E402
 
 LEVELS = (0.5, 0.99)  # the iso-probability contours of the heatmaps
 
+
+
+def _subplots(*grid, figsize, dpi, **kw):
+    """A figure and its axes without pyplot: no global state, the user's backend untouched."""
+    fig = Figure(figsize=figsize, dpi=dpi)
+    return fig, fig.subplots(*grid, **kw)
 
 def _edges(values: np.ndarray) -> np.ndarray:
     """Cell edges around sorted log2 positions (half-way between neighbours)."""
@@ -70,7 +74,7 @@ def heatmap_figure(group: Mapping, num_facts, seq_len, n_layers):
     for c in cells:
         if c.get("best"):
             acc[np.searchsorted(ds, c["d_model"]), np.searchsorted(ns, c["d_state"])] = c["best"]["accuracy"]
-    fig, ax = plt.subplots(figsize=(1.1 * len(ns) + 3.6, 0.8 * len(ds) + 2.6), dpi=110)
+    fig, ax = _subplots(figsize=(1.1 * len(ns) + 3.6, 0.8 * len(ds) + 2.6), dpi=110)
     ax.set_facecolor("#dddddd")
     en, ed = _edges(ln), _edges(ld)
     mesh = ax.pcolormesh(en, ed, np.ma.masked_invalid(acc), cmap="viridis", vmin=0.0, vmax=1.0,
@@ -136,10 +140,10 @@ def collapse_figure(group: Mapping):
     panels = [("fitted", f["a"])]
     if f.get("paper_a") is not None:
         panels.append(("paper", f["paper_a"]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.0 * len(panels), 4.6), dpi=110,
+    fig, axes = _subplots(1, len(panels), figsize=(6.0 * len(panels), 4.6), dpi=110,
                              squeeze=False, sharey=True)
     norm = mcolors.Normalize(vmin=np.log2(d.min()) - 0.5, vmax=np.log2(d.max()) + 0.5)
-    cmap = plt.get_cmap("plasma")
+    cmap = matplotlib.colormaps["plasma"]
     for ax, (name, a) in zip(axes[0], panels):
         x = np.asarray(theory.inverse_sigma(nf, d, n, a, lam), float).reshape(-1)
         ax.errorbar(x, acc, yerr=[acc - lo, hi - acc], fmt="none", ecolor="0.6", lw=0.8, zorder=1)
@@ -179,7 +183,7 @@ def exchange_figure(group: Mapping, num_facts, seq_len, d_model):
     cells = [c for c in group["cells"] if c["num_facts"] == num_facts and c["seq_len"] == seq_len
              and c["d_model"] == d_model and c.get("best") and c.get("d_state") is not None]
     layers = sorted({c["n_layers"] for c in cells})
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=110)
+    fig, ax = _subplots(figsize=(6.4, 4.4), dpi=110)
     n_eff_all = [c["n_layers"] * c["d_state"] for c in cells]
     grid = np.geomspace(min(n_eff_all) / 1.2, max(n_eff_all) * 1.2, 200)
     vocab = group["task"].get("vocab_size")
@@ -218,7 +222,6 @@ def exchange_figure(group: Mapping, num_facts, seq_len, d_model):
 def _save(fig, path: Path) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
     return str(path)
 
 

@@ -60,10 +60,8 @@ def _label(ax, suite: Suite, nfs: list[int], colors: dict, models: list[str], xl
 def render_plot(suite: Suite, rows: list[dict], path: Path) -> Path:
     """Write the plot of ``rows`` (from ``render.leaderboard_rows``) to ``path`` (PNG)."""
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.figure import Figure
 
     nfs = suite.num_facts
     log2vv = math.log2(max(suite.data["task"].get("vocab_size", 2) / 2, 2))
@@ -71,8 +69,9 @@ def render_plot(suite: Suite, rows: list[dict], path: Path) -> Path:
     bits_all = [r["state_size"] * r["state_bits"] for r in finite] or [1024.0]
     xmin = min(1.0, min(bits_all) / 100)
     xmax = max(bits_all) * 10
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
-    cmap = plt.get_cmap("viridis")
+    fig = Figure(figsize=(8, 5), dpi=110)  # no pyplot: the user's backend is left alone
+    ax = fig.subplots()
+    cmap = matplotlib.colormaps["viridis"]
     colors = {nf: cmap(i / max(1, len(nfs) - 1)) for i, nf in enumerate(nfs)}
     _draw_bounds(ax, np.logspace(math.log10(xmin), math.log10(xmax), 400), nfs, colors, log2vv)
     models = _draw_points(ax, finite, nfs, colors)
@@ -87,5 +86,4 @@ def render_plot(suite: Suite, rows: list[dict], path: Path) -> Path:
     fig.text(0.01, 0.01, note, fontsize=7, va="bottom", wrap=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
     return path
