@@ -10,7 +10,7 @@ from recallbench.api.config import resolve
 from recallbench.harness.train import run
 
 FAST = {"progress": False, "test_size": 1024, "val_size": 8}
-# (V, L, N_f) of THEORY.md's regimes (i)-(iii), and (D, N) cells from weak to strong recall
+# (V, L, N_f) of the three regimes (i)-(iii) of docs/theory.md, 'Published reference points', and (D, N) cells from weak to strong recall
 REGIMES = [(1024, 64, 16), (512, 128, 32), (512, 64, 16)]
 CELLS = [(16, 8), (32, 16), (64, 8), (64, 16), (64, 32)]
 

@@ -12,7 +12,7 @@ from recallbench.api.config import resolve
 from recallbench.harness.ensemble import (EnsembleError, group_by_shape,
                                   run_ensemble, shape_key)
 from recallbench.harness.module import RecallModule
-from recallbench.api.registry import ADAPTERS, Entry
+from recallbench.api.registry import ADAPTERS
 from recallbench.harness.train import run
 
 TASK = {"name": "mqar", "vocab_size": 32, "seq_len": 16, "num_facts": 4}
@@ -156,8 +156,10 @@ class _NoVmap(Adapter):
         return 0
 
 
-def test_adapter_that_does_not_vmap_is_refused(monkeypatch):
-    ADAPTERS.names()  # scan first
-    monkeypatch.setitem(ADAPTERS._entries, "test-novmap", Entry("test-novmap", "test", obj=_NoVmap))
-    with pytest.raises(EnsembleError, match="test-novmap.*do not vmap"):
-        run_ensemble([cfg(0, model={"adapter": "test-novmap"})])
+def test_adapter_that_does_not_vmap_is_refused():
+    ADAPTERS.add("test-novmap", _NoVmap, origin="test")
+    try:
+        with pytest.raises(EnsembleError, match="test-novmap.*do not vmap"):
+            run_ensemble([cfg(0, model={"adapter": "test-novmap"})])
+    finally:
+        ADAPTERS.remove("test-novmap")

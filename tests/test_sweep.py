@@ -281,12 +281,11 @@ def broken_adapters():
         def state_size(self):
             return 1
 
-    ADAPTERS.names()  # load the built-ins first
-    ADAPTERS.register("test-explode")(Explode)
-    ADAPTERS.register("test-diverge")(Diverge)
+    ADAPTERS.add("test-explode", Explode, origin="test")
+    ADAPTERS.add("test-diverge", Diverge, origin="test")
     yield
     for name in ("test-explode", "test-diverge"):
-        ADAPTERS._entries.pop(name, None)
+        ADAPTERS.remove(name)
 
 
 def test_failing_points_are_recorded_and_the_sweep_goes_on(cli, tmp_path, broken_adapters):
