@@ -345,6 +345,7 @@ def parity():
     return json.loads(line[0][len("PARITY"):])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_parity_with_interpreted_triton_kernels(name, parity):
     _skip_unless_available(name)

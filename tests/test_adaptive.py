@@ -159,6 +159,7 @@ def test_adaptive_sweep_runs_through_the_store_and_resumes(cli, tmp_path):
     assert len((tmp_path / "st" / "results.jsonl").read_text().splitlines()) == len(lines)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("executor", ["processes", "ray"])
 def test_adaptive_sweep_on_worker_executors_matches_in_process(cli, tmp_path, executor):
     """Rounds on workers (the executor is called once a round): same cells, same a."""

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -15,6 +17,7 @@ def bench(name, *args, timeout=300):
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_bench_ensemble_prints_a_ratio_per_shape_and_thread_count():
     out = bench("bench_ensemble.py", "--members", "2", "--steps", "3", "--shapes", "4x2", "8x2",
                 "--threads", "1")
@@ -30,6 +33,7 @@ def test_bench_ensemble_prints_a_ratio_per_shape_and_thread_count():
         assert float(row.split()[-1]) < 0.02  # members reproduce the single runs
 
 
+@pytest.mark.slow
 def test_bench_adaptive_on_the_designed_model(tmp_path):
     grid = tmp_path / "grid.jsonl"
     out = bench("bench_adaptive.py", "--adapter", "designed", "--grid", "coarse",

@@ -69,6 +69,7 @@ def test_table8_linear_mamba_reaches_099():
     assert r["total"] == 2048 * 16 and r["correct"] == round(r["accuracy"] * r["total"])
 
 
+@pytest.mark.slow
 def test_table8_without_conv_is_a_bag_of_values():
     """Conv1D width 1 cannot bind keys to values: about 1/N_f (paper: 0.06)."""
     r = run({"model": {"d_conv": 1}, "train": {**FAST, "max_steps": 300}})
@@ -138,6 +139,7 @@ def test_cli_bad_config_is_one_line(cli, args, message):
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_console_script_exit_code(cli_subprocess):
     rc, out, err = cli_subprocess("run", "--set", "task.vocab_size=7")
     assert rc == 2 and err.strip() == (

@@ -380,6 +380,7 @@ class ZeroAdapter(Adapter):
 '''
 
 
+@pytest.mark.slow
 def test_autoload_in_fresh_interpreter_with_third_party_adapter(pytester, plugin_dist):
     """No conftest, no -p: the entry point loads the plugin; the adapter comes by entry point."""
     plugin_dist({"recallbench.adapters": [("zero-adapter", "rb_zero_adapter:ZeroAdapter")]},

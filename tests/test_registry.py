@@ -47,6 +47,7 @@ def test_unknown_name_suggests_close_ones():
         ADAPTERS.get("linear_mamba")
 
 
+@pytest.mark.slow
 def test_third_party_task_through_entry_point(plugin_dist, cli_subprocess):
     plugin_dist({"recallbench.tasks": [("copy-first", "rb_copyfirst:CopyFirst"),
                                        ("broken", "rb_broken:Nope")]},

@@ -310,6 +310,7 @@ def test_failing_points_are_recorded_and_the_sweep_goes_on(cli, tmp_path, broken
     assert len(contents.records) == 4 and contents.read == 6 and contents.duplicates == 2
 
 
+@pytest.mark.slow
 def test_resume_after_kill(tmp_path):
     """SIGKILL a sweep mid-way, rerun it: every point exactly once, nothing lost."""
     path = write_sweep(tmp_path / "s.yaml", {"base": base(max_steps=20, val_every=10), "axes": {
@@ -345,6 +346,7 @@ def test_resume_after_kill(tmp_path):
     assert {r["config_hash"] for r in first} <= {r["config_hash"] for r in ok_lines}
 
 
+@pytest.mark.slow
 def test_processes_executor_matches_inprocess(cli, tmp_path):
     path = write_sweep(tmp_path / "s.yaml", {"base": base(), "axes": {
         "model.d_state": [2, 4], "train.seed": [0, 1]}})
@@ -360,6 +362,7 @@ def test_processes_executor_matches_inprocess(cli, tmp_path):
     assert {h: r["accuracy"] for h, r in a.items()} == {h: r["accuracy"] for h, r in b.items()}
 
 
+@pytest.mark.slow
 def test_processes_pool_is_kept_between_calls_until_close():
     """An adaptive search calls run() once a round: the workers must not respawn each time."""
     from recallbench.api.config import resolve
@@ -384,6 +387,7 @@ def test_processes_pool_is_kept_between_calls_until_close():
     assert ex._pool is None
 
 
+@pytest.mark.slow
 def test_ray_executor(cli, tmp_path):
     pytest.importorskip("ray", reason="ray is not installed (pip install 'recallbench[ray]')")
     path = write_sweep(tmp_path / "s.yaml", {"base": base(), "axes": {
