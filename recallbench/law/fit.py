@@ -243,11 +243,6 @@ def fit_collapse(correct, total, d_model, d_state, num_facts, vocab_size, n_laye
 
 # -- the fitted effective state --------------------------------------------------------
 
-def reference_recall(d_model, n_eff, num_facts, vocab_size, a, form: str = "eq19"):
-    """Recall of the simplified linear reference model of width D and N_eff = Λ·N."""
-    return theory.recall_probability(vocab_size, num_facts, d_model, n_eff, a, 1, form)
-
-
 @dataclasses.dataclass
 class EffectiveStateFit:
     """The fitted effective state (see :func:`fit_effective_state` for the definition)."""

@@ -250,12 +250,6 @@ def topk_from_inverse_sigma(inv_sig, vocab_size, top_k):
     return _out(_quadrature(np.asarray(inv_sig, float), vocab_size, top_k)[0])
 
 
-def topk_recall_probability(vocab_size, num_facts, d_model, d_state, a, top_k, n_layers=1):
-    """Top-k recall at the σ of Thm 4.2 (see :func:`topk_from_inverse_sigma`)."""
-    return topk_from_inverse_sigma(inverse_sigma(num_facts, d_model, d_state, a, n_layers),
-                                   vocab_size, top_k)
-
-
 # -- the worst case (Lem 4.1) ---------------------------------------------------------
 
 @dataclasses.dataclass
