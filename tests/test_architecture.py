@@ -127,3 +127,21 @@ def test_nothing_cites_a_missing_file():
             if not (ROOT / target).exists() and not (path.parent / target).exists():
                 missing.append(f"{path.relative_to(ROOT)} cites {cited}")
     assert not missing, "\n".join(sorted(missing))
+
+
+_SECTION = re.compile(r"docs/theory\.md[,:]?\s*(?:§\s*)?[\"'‘“]([^\"'’”\n]+)[\"'’”]")
+
+
+def test_cited_theory_sections_exist():
+    """Code and docs cite docs/theory.md by section title: each title must be a heading."""
+    headings = {line.lstrip("#").strip() for line in
+                (ROOT / "docs" / "theory.md").read_text().splitlines() if line.startswith("#")}
+    cited = {}
+    for path in tracked("*.py", "*.md", "*.yaml"):
+        if path == Path(__file__).resolve():
+            continue
+        for m in _SECTION.finditer(path.read_text(errors="replace")):
+            cited.setdefault(m.group(1), str(path.relative_to(ROOT)))
+    assert cited, "no section citations found: the pattern is wrong"
+    missing = {title: where for title, where in cited.items() if title not in headings}
+    assert not missing, f"cited sections that docs/theory.md lacks: {missing}"
