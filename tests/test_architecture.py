@@ -129,7 +129,7 @@ def test_nothing_cites_a_missing_file():
     assert not missing, "\n".join(sorted(missing))
 
 
-_SECTION = re.compile(r"docs/theory\.md[,:]?\s*(?:§\s*)?[\"'‘“]([^\"'’”\n]+)[\"'’”]")
+_SECTION = re.compile(r"docs/theory\.md[,:]?\s*(?:§\s*)?[\"'‘“]([A-Z][^\"'’”\n]+)[\"'’”]")
 
 
 def test_cited_theory_sections_exist():
