@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 
 from recallbench.api.config import SECTIONS
 from recallbench.api.errors import ConfigError
+from recallbench.api.fields import short
 
 OPS: dict[str, Callable[[Any, Any], bool]] = {
     "<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
@@ -50,15 +51,15 @@ class Condition:
     @classmethod
     def parse(cls, text: Any, where: str = "where") -> "Condition":
         if not isinstance(text, str):
-            raise ConfigError(f"{where}: {text!r} is not allowed: expected a string "
+            raise ConfigError(f"{where}: {short(text)} is not allowed: expected a string "
                               "'KEY OP KEY|NUMBER', e.g. 'model.d_state <= model.d_model'")
         m = _COND.match(text)
         if not m:
-            raise ConfigError(f"{where}: {text!r} is not a comparison: expected 'KEY OP KEY|NUMBER' "
+            raise ConfigError(f"{where}: {short(text)} is not a comparison: expected 'KEY OP KEY|NUMBER' "
                               f"with OP one of {' '.join(OPS)}, e.g. 'model.d_state <= model.d_model'")
         left, op, right = _operand(m.group(1), text, where), m.group(2), _operand(m.group(3), text, where)
         if left.key is None and right.key is None:
-            raise ConfigError(f"{where}: {text!r} compares two literals; one side must be a "
+            raise ConfigError(f"{where}: {short(text)} compares two literals; one side must be a "
                               "config key such as model.d_model")
         return cls(text.strip(), left, op, right)
 
@@ -68,7 +69,7 @@ class Condition:
             return OPS[self.op](a, b)
         numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b))
         if not (numeric or (isinstance(a, str) and isinstance(b, str))):
-            raise ConfigError(f"where {self.text!r}: cannot order {a!r} and {b!r} "
+            raise ConfigError(f"where {short(self.text)}: cannot order {short(a)} and {short(b)} "
                               f"({self.left} vs {self.right})")
         return OPS[self.op](a, b)
 
@@ -91,7 +92,7 @@ def parse_filter(item: Any, where: str) -> Condition | AnyOf:
     """A ``where`` entry: a comparison string, or ``{any: [comparison, ...]}``."""
     if isinstance(item, Mapping):
         if set(item) != {"any"} or not isinstance(item["any"], list) or not item["any"]:
-            raise ConfigError(f"{where}: {dict(item)!r} is not allowed: a comparison string or "
+            raise ConfigError(f"{where}: {short(item)} is not allowed: a comparison string or "
                               "{any: [comparison, ...]}")
         return AnyOf(tuple(Condition.parse(t, f"{where}.any[{i}]") for i, t in enumerate(item["any"])))
     return Condition.parse(item, where)
@@ -101,7 +102,7 @@ def _operand(token: str, text: str, where: str) -> Operand:
     if re.fullmatch(KEY, token):
         section = token.split(".", 1)[0]
         if section not in SECTIONS:
-            raise ConfigError(f"{where}: {text!r}: {token!r} is not a config key "
+            raise ConfigError(f"{where}: {short(text)}: {short(token)} is not a config key "
                               f"(sections: {', '.join(SECTIONS)})")
         return Operand(key=token)
     if _NUMBER.match(token):
@@ -116,7 +117,7 @@ def _operand(token: str, text: str, where: str) -> Operand:
         return Operand(value=token[1:-1])
     if re.fullmatch(r"[A-Za-z0-9_\-]+", token):
         return Operand(value=token)  # a bare word, e.g. an adapter name
-    raise ConfigError(f"{where}: {text!r}: cannot read {token!r} (a config key, a number, "
+    raise ConfigError(f"{where}: {short(text)}: cannot read {short(token)} (a config key, a number, "
                       "true/false/null or a word)")
 
 
@@ -129,11 +130,11 @@ def lookup(view: Mapping[str, Any], key: str) -> Any:
     parts = key.split(".")
     for i, part in enumerate(parts):
         if not isinstance(node, Mapping):
-            raise ConfigError(f"{key} is not a config key ({'.'.join(parts[:i])} is not a mapping)")
+            raise ConfigError(f"{key[:80]} is not a config key ({'.'.join(parts[:i])[:80]} is not a mapping)")
         nxt = node.get(part, _MISSING)
         if nxt is _MISSING:
             if i >= 2:  # inside a free-form mapping such as model.options: absent = unset
                 return None
-            raise ConfigError(f"{key} is not a config key")
+            raise ConfigError(f"{key[:80]} is not a config key")
         node = nxt
     return node

@@ -34,117 +34,52 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterator, Mapping
 
-from recallbench.api.canonical import set_dotted
-from recallbench.api.config import DEFAULT_TASK, SECTIONS, ModelConfig, RunConfig, TrainConfig, load_yaml, resolve
+from recallbench.api.canonical import config_hash, set_dotted
+from recallbench.api.config import SECTIONS, RunConfig, resolve
 from recallbench.api.errors import ConfigError
+from recallbench.api.fields import short
+from recallbench.api.yaml_load import read_mapping
 from recallbench.runs.filters import KEY, AnyOf, Condition, parse_filter
+from recallbench.runs.skip_rules import SKIP_RULES, check_generic, skip_reason, with_defaults
 
 TOP_KEYS = ("base", "axes", "zip", "skip", "where", "name", "description")
-SKIP_RULES = ("n_gt_d", "seq_len_lt_4nf")
-
-
-# -- skip rules ---------------------------------------------------------------------------
-
-def skip_reason(view: Mapping[str, Any], rules: Mapping[str, bool]) -> str | None:
-    """The name of the first skip rule that drops this config (a resolved or defaulted view).
-
-    ``n_gt_d`` is the model's rule; any other rule is the task's: it applies when the task
-    class's :meth:`~recallbench.api.task.Task.infeasible` answers its name.
-    """
-    model = view.get("model", {})
-    if rules.get("n_gt_d"):
-        n, d = model.get("d_state"), model.get("d_model")
-        if _num(n) and _num(d) and n > d:
-            return "n_gt_d"
-    answer = _infeasible(view.get("task", {}))
-    return answer if answer is not None and rules.get(answer) else None
-
-
-def _infeasible(task: Mapping[str, Any]) -> str | None:
-    """The task class's answer for these parameters; None for a task that does not load."""
-    cls = _task_class(task.get("name"))
-    if cls is None:
-        return None
-    return cls.infeasible({k: v for k, v in task.items() if k != "name"})
-
-
-def _task_class(name: Any):
-    """The registered task class called ``name``; None if there is none or it does not load."""
-    from recallbench.api.registry import TASKS
-
-    try:
-        return TASKS.get(name) if isinstance(name, str) else None
-    except ConfigError:
-        return None
-
-
-def _num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def with_defaults(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """A raw config with unset keys filled by their defaults, without validation.
-
-    Used for the skip rules and filters of points that do not resolve (an MQAR cell with
-    L < 4·N_f is rejected by the task itself, so it must be skipped before resolving).
-    """
-    task = dict(raw.get("task") or {}) or dict(DEFAULT_TASK)
-    name = task.get("name", "mqar")
-    cls = _task_class(name)
-    defaults = {}
-    if cls is not None and dataclasses.is_dataclass(cls):
-        for f in dataclasses.fields(cls):
-            if f.default is not dataclasses.MISSING:
-                defaults[f.name] = f.default
-    task = {"name": name, **defaults, **{k: v for k, v in task.items() if k != "name"}}
-    model = {**dataclasses.asdict(ModelConfig()), **dict(raw.get("model") or {})}
-    train = {**dataclasses.asdict(TrainConfig()), **dict(raw.get("train") or {})}
-    return {"task": task, "model": model, "train": train}
-
-
-def _check_generic(raw: Mapping[str, Any]) -> None:
-    """The checks every config must pass, whatever its task or adapter allows.
-
-    A point that does not resolve may still be dropped by a skip rule (MQAR rejects
-    L < 4·N_f, the designed model N > D), but not when a value is wrong on its own: an
-    unknown key, a wrong type, an out-of-range model or train setting.
-    """
-    from recallbench.api.fields import from_mapping
-    from recallbench.api.registry import TASKS
-    from recallbench.api.task import Task
-
-    try:
-        model = from_mapping(ModelConfig, raw.get("model"), "model")
-        model.validate()
-        from_mapping(TrainConfig, raw.get("train"), "train").validate()
-        task_raw = dict(raw.get("task") or {}) or dict(DEFAULT_TASK)
-        cls = TASKS.get(task_raw.pop("name", "mqar"))
-        task = from_mapping(cls, task_raw, "task")
-        Task.validate(task)  # the base checks only (V even, N_f fits the key vocabulary)
-    except ConfigError:
-        raise
-    except Exception:  # a plugin's constructor doing more than storing fields: not ours to judge
-        return
 
 
 # -- points and sweeps ------------------------------------------------------------------
 
-@dataclasses.dataclass
-class Point:
-    """One resolved grid point."""
+#: the largest grid (cells of the product, before skip rules) a sweep expands unless the
+#: caller allows more (``recallbench sweep --max-points N``)
+MAX_POINTS = 100_000
 
-    cfg: RunConfig
+
+@dataclasses.dataclass(eq=False)
+class Point:
+    """One grid point: its axis values, position, config hash and adapter.
+
+    The config itself is rebuilt from the sweep when asked for (``cfg``, ``config``), so a
+    large grid holds only these few fields per point, not a resolved config each.
+    """
+
+    sweep: "Sweep" = dataclasses.field(repr=False)
     axes: dict[str, Any]  # this point's value on every axis (dotted key → value)
     index: int  # position in the expansion order
+    hash: str
+    adapter: str
 
-    def __post_init__(self):
-        self.hash: str = self.cfg.hash()
-        self.config: dict[str, Any] = self.cfg.to_dict()  # canonical: resolve(config) == cfg
+    @property
+    def cfg(self) -> RunConfig:
+        return resolve(self.sweep.raw_config(self.axes))
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The canonical config dict: ``resolve(config) == cfg``."""
+        return self.cfg.to_dict()
 
     def label(self) -> str:
         if not self.axes:
@@ -159,9 +94,14 @@ def _short(key: str) -> str:
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:g}"
-    if isinstance(v, (dict, list)):
-        return str(v).replace(" ", "")
-    return str(v)
+    return _text(v, 40).replace(" ", "") if isinstance(v, (dict, list)) else _text(v, 40)
+
+
+def _text(value: Any, limit: int) -> str:
+    """A value as text for a label or a message, at most ``limit`` characters."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit - 1] + "…"
+    return short(value, limit)
 
 
 @dataclasses.dataclass
@@ -189,7 +129,7 @@ class Sweep:
             raise ConfigError(f"sweep {name}: expected a mapping with base and axes")
         for key in data:
             if key not in TOP_KEYS:
-                raise ConfigError(f"sweep {name}: unknown key {key!r}; allowed: {', '.join(TOP_KEYS)}")
+                raise ConfigError(f"sweep {name}: unknown key {short(key)}; allowed: {', '.join(TOP_KEYS)}")
         base = _parse_base(data.get("base") or {}, name)
         axes = _parse_axes(data.get("axes") or {}, name)
         zips = _parse_zip(data.get("zip") or [], axes, name)
@@ -201,24 +141,43 @@ class Sweep:
             raise ConfigError(f"sweep {name}: where must be a list of comparisons")
         where = [parse_filter(t, f"sweep {name}: where[{i}]") for i, t in enumerate(where_raw)]
         return cls(base=base, axes=axes, zip=zips, skip=skip, where=where,
-                   name=str(data.get("name") or name), path=path)
+                   name=_text(data.get("name") or name, 60), path=path)
 
-    # -- expansion -------------------------------------------------------------------
-    def factors(self) -> list[list[dict[str, Any]]]:
-        """One list of assignments (axis → value) per factor of the product, in order."""
+    # -- size ------------------------------------------------------------------------
+    def groups(self) -> list[list[str]]:
+        """The axes of each factor of the product, in order: a zip group or one axis."""
         zipped = {k: g for g in self.zip for k in g}
         done: set[str] = set()
         out = []
         for key in self.axes:
-            if key in done:
-                continue
-            group = zipped.get(key, [key])
-            done.update(group)
-            out.append([dict(zip(group, values))
-                        for values in zip(*(self.axes[k] for k in group))])
+            if key not in done:
+                group = zipped.get(key, [key])
+                done.update(group)
+                out.append(group)
         return out
 
-    def cells(self) -> Iterable[dict[str, Any]]:
+    def size(self) -> int:
+        """Cells of the full product, before skip rules and filters: counted, not built."""
+        return math.prod(len(self.axes[g[0]]) for g in self.groups())
+
+    def check_size(self, max_points: int | None = MAX_POINTS) -> int:
+        """The grid's size; ConfigError, before anything is built, when it exceeds
+        ``max_points`` (None: no limit)."""
+        n = self.size()
+        if max_points is not None and n > max_points:
+            dims = " x ".join(str(len(self.axes[g[0]])) for g in self.groups())
+            raise ConfigError(f"sweep {self.name}: the grid has {_count(n)} cells "
+                              f"({_text(dims, 60)}), more than --max-points "
+                              f"{max_points}: split the sweep, or raise --max-points to run it")
+        return n
+
+    # -- expansion -------------------------------------------------------------------
+    def factors(self) -> list[list[dict[str, Any]]]:
+        """One list of assignments (axis → value) per factor of the product, in order."""
+        return [[dict(zip(group, values)) for values in zip(*(self.axes[k] for k in group))]
+                for group in self.groups()]
+
+    def cells(self) -> Iterator[dict[str, Any]]:
         for combo in itertools.product(*self.factors()):
             cell: dict[str, Any] = {}
             for part in combo:
@@ -233,47 +192,64 @@ class Sweep:
             set_dotted(raw, key, copy.deepcopy(value), what="axis")
         return raw
 
-    def expand(self) -> Expansion:
-        points: list[Point] = []
-        skipped: Counter = Counter()
+    def expand(self, max_points: int | None = MAX_POINTS) -> Expansion:
+        """Every point, resolved; ConfigError first if the grid exceeds ``max_points``."""
+        self.check_size(max_points)
+        out = Expansion([], 0, Counter(), 0)
+        out.points = list(self.iter_points(out))
+        return out
+
+    def iter_points(self, stats: Expansion | None = None) -> Iterator[Point]:
+        """The points one by one, in expansion order (lazily: nothing is held but the hashes
+        seen); ``stats`` counts the grid, the skipped cells and the duplicates as it goes."""
+        stats = stats if stats is not None else Expansion([], 0, Counter(), 0)
         seen: set[str] = set()
-        duplicates = grid = 0
         for cell in self.cells():
-            grid += 1
-            raw = self.raw_config(cell)
-            label = " ".join(f"{k}={_fmt(v)}" for k, v in cell.items()) or "(base)"
-            cfg, error = None, None
-            try:
-                cfg = resolve(raw)
-                view = cfg.to_dict()
-            except ConfigError as exc:
-                error = exc
-                try:
-                    _check_generic(raw)  # nonsense (D = -1, a typo) is an error, skipped or not
-                except ConfigError as bad:
-                    raise ConfigError(f"sweep {self.name}: point {label}: {bad}") from None
-                view = with_defaults(raw)
-            try:
-                reason = skip_reason(view, self.skip)
-                if reason is None:
-                    reason = next((c.text for c in self.where if not c.holds(view)), None)
-            except ConfigError as exc:
-                if error is not None:
-                    reason = None  # report the resolve error below, it is the cause
-                else:
-                    raise ConfigError(f"sweep {self.name}: point {label}: {exc}") from None
-            if reason is not None:
-                skipped[reason] += 1
+            stats.grid_size += 1
+            point = self._point(cell, len(seen), stats.skipped)
+            if point is None:
                 continue
-            if error is not None:
-                raise ConfigError(f"sweep {self.name}: point {label}: {error}") from None
-            point = Point(cfg, dict(cell), len(points))
             if point.hash in seen:
-                duplicates += 1
+                stats.duplicates += 1
                 continue
             seen.add(point.hash)
-            points.append(point)
-        return Expansion(points, grid, skipped, duplicates)
+            yield point
+
+    def _point(self, cell: dict[str, Any], index: int, skipped: Counter) -> Point | None:
+        """The cell's point, or None (counted in ``skipped``) when a rule or filter drops it."""
+        raw = self.raw_config(cell)
+        label = _text(" ".join(f"{k}={_fmt(v)}" for k, v in cell.items()) or "(base)", 160)
+        cfg, error = None, None
+        try:
+            cfg = resolve(raw)
+            view = cfg.to_dict()
+        except ConfigError as exc:
+            error = exc
+            try:
+                check_generic(raw)  # nonsense (D = -1, a typo) is an error, skipped or not
+            except ConfigError as bad:
+                raise ConfigError(f"sweep {self.name}: point {label}: {bad}") from None
+            view = with_defaults(raw)
+        try:
+            reason = skip_reason(view, self.skip)
+            if reason is None:
+                reason = next((c.text for c in self.where if not c.holds(view)), None)
+        except ConfigError as exc:
+            if error is None:
+                raise ConfigError(f"sweep {self.name}: point {label}: {exc}") from None
+            reason = None  # report the resolve error below, it is the cause
+        if reason is not None:
+            skipped[reason] += 1
+            return None
+        if error is not None:
+            raise ConfigError(f"sweep {self.name}: point {label}: {error}") from None
+        return Point(self, dict(cell), index, config_hash(view), cfg.model.adapter)
+
+
+def _count(n: int) -> str:
+    """A cell count: exact with separators, or its power of ten when it is astronomical."""
+    text = str(n)
+    return f"{n:,}" if len(text) <= 15 else f"about 10^{len(text) - 1}"
 
 
 def _parse_base(base: Any, name: str) -> dict[str, dict]:
@@ -281,7 +257,7 @@ def _parse_base(base: Any, name: str) -> dict[str, dict]:
         raise ConfigError(f"sweep {name}: base must be a run config (sections task, model, train)")
     for section, values in base.items():
         if section not in SECTIONS:
-            raise ConfigError(f"sweep {name}: base: unknown section {section!r}; "
+            raise ConfigError(f"sweep {name}: base: unknown section {short(section)}; "
                               f"allowed: {', '.join(SECTIONS)}")
         if values is not None and not isinstance(values, Mapping):
             raise ConfigError(f"sweep {name}: base.{section} must be a mapping")
@@ -294,13 +270,13 @@ def _parse_axes(axes_raw: Any, name: str) -> dict[str, list]:
     axes: dict[str, list] = {}
     for key, values in axes_raw.items():
         if not isinstance(key, str) or not re.fullmatch(KEY, key):
-            raise ConfigError(f"sweep {name}: axis {key!r} is not a dotted config key "
+            raise ConfigError(f"sweep {name}: axis {short(key)} is not a dotted config key "
                               "such as model.d_model")
         if key.split(".", 1)[0] not in SECTIONS:
-            raise ConfigError(f"sweep {name}: axis {key}: unknown section "
-                              f"{key.split('.', 1)[0]!r}; allowed: {', '.join(SECTIONS)}")
+            raise ConfigError(f"sweep {name}: axis {_text(key, 80)}: unknown section "
+                              f"{short(key.split('.', 1)[0])}; allowed: {', '.join(SECTIONS)}")
         if not isinstance(values, list) or not values:
-            raise ConfigError(f"sweep {name}: axis {key} = {values!r} is not allowed: "
+            raise ConfigError(f"sweep {name}: axis {_text(key, 80)} = {short(values)} is not allowed: "
                               "expected a non-empty list of values")
         axes[key] = list(values)
     return axes
@@ -313,10 +289,10 @@ def _parse_zip(zips_raw: Any, axes: Mapping[str, list], name: str) -> list[list[
     zips, seen = [], set()
     for group in zips_raw:
         if len(group) < 2:
-            raise ConfigError(f"sweep {name}: zip group {group} needs at least two axes")
+            raise ConfigError(f"sweep {name}: zip group {short(group)} needs at least two axes")
         for key in group:
-            if key not in axes:
-                raise ConfigError(f"sweep {name}: zip names {key!r}, which is not an axis")
+            if not isinstance(key, str) or key not in axes:
+                raise ConfigError(f"sweep {name}: zip names {short(key)}, which is not an axis")
             if key in seen:
                 raise ConfigError(f"sweep {name}: axis {key} is in two zip groups")
             seen.add(key)
@@ -339,10 +315,10 @@ def _parse_skip(skip_raw: Any, name: str) -> dict[str, bool]:
     skip = {r: True for r in SKIP_RULES}
     for rule, on in skip_raw.items():
         if rule not in SKIP_RULES:
-            raise ConfigError(f"sweep {name}: unknown skip rule {rule!r}; "
+            raise ConfigError(f"sweep {name}: unknown skip rule {short(rule)}; "
                               f"known: {', '.join(SKIP_RULES)}")
         if not isinstance(on, bool):
-            raise ConfigError(f"sweep {name}: skip.{rule} = {on!r} is not allowed: "
+            raise ConfigError(f"sweep {name}: skip.{rule} = {short(on)} is not allowed: "
                               "expected true or false")
         skip[rule] = on
     return skip
@@ -350,7 +326,7 @@ def _parse_skip(skip_raw: Any, name: str) -> dict[str, bool]:
 
 def load_sweep(path: str | Path) -> Sweep:
     path = Path(path)
-    data = load_yaml(path)
+    data = read_mapping(path, "sweep", must="a mapping with base and axes")
     return Sweep.from_dict(data, name=path.name, path=path)
 
 
@@ -362,10 +338,10 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
         return None
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
     if not m:
-        raise ConfigError(f"--shard {text!r} is not allowed: expected I/N, e.g. 0/4")
+        raise ConfigError(f"--shard {short(text)} is not allowed: expected I/N, e.g. 0/4")
     i, n = int(m.group(1)), int(m.group(2))
     if n < 1 or not 0 <= i < n:
-        raise ConfigError(f"--shard {text!r} is not allowed: need 0 <= I < N")
+        raise ConfigError(f"--shard {short(text)} is not allowed: need 0 <= I < N")
     return i, n
 
 
