@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
+import warnings
 from pathlib import Path
 
 from recallbench.api.errors import ConfigError, UnavailableError
@@ -106,8 +108,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _warning_line(show):
+    """``warnings.showwarning`` printing recallbench's own warnings as one line each,
+    ``recallbench: warning: ...`` (no source file and line); others go to ``show``."""
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if not category.__module__.startswith("recallbench"):
+            return show(message, category, filename, lineno, file, line)
+        text = (str(message).splitlines() or [category.__name__])[0]
+        print(f"recallbench: warning: {text[:500]}", file=file or sys.stderr)
+    return showwarning
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning_line(warnings.showwarning)
+        return _call(args)
+
+
+def _call(args) -> int:
     try:
         return int(args.func(args) or 0)
     except (ConfigError, UnavailableError) as exc:
@@ -116,9 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("recallbench: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # output piped into `head` and closed early
-        sys.stderr.close()
-        return 0
+    except BrokenPipeError:  # output piped into `head` and closed early: the rest is not done
+        try:  # no second error when Python flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            print("recallbench: error: output closed early (broken pipe); stopped",
+                  file=sys.stderr)
+        except (OSError, ValueError):
+            pass
+        return 141
 
 
 if __name__ == "__main__":

@@ -4,16 +4,50 @@ INPUT is a result-store directory (its ``results.jsonl``), a ``.jsonl`` file or 
 ``.json`` file (a record or a list).  Writes ``DIR/report.json``, ``DIR/report.md`` and
 ``DIR/figures/*.png`` (see :mod:`recallbench.law.scorer`).  Exit status: 0; 1 when a result
 beats the Fano bound (impossible: a leak or a bug) unless ``--allow-impossible``; 2 on bad
-input (a ConfigError, printed by the CLI).
+input (a ConfigError, printed by the CLI): an unreadable or binary file, a record whose
+counts or rates are wrong (named by file, line and field), ``--out`` naming a file, or
+inputs with no usable record (none ok with a test count).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
+from pathlib import Path
 
 from recallbench.law import theory
 from recallbench.api.errors import ConfigError
+from recallbench.law.records import SCHEMA
+
+
+#: warnings printed; the rest are counted (report.json lists them all)
+MAX_WARNINGS = 10
+
+
+def _check_out(out: Path) -> None:
+    """ConfigError, before any work, unless ``out`` is a directory we may write or can make."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file: expected a directory (created if missing)")
+    parent = out
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"--out {out}: {parent} is a file, so the directory cannot be made")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out}: {parent} is not writable")
+
+
+def _check_usable(records: list[dict], inputs: list[str]) -> None:
+    """ConfigError unless some record is ok and has a test count (something to score)."""
+    named = ", ".join(inputs[:3]) + (f" and {len(inputs) - 3} more" if len(inputs) > 3 else "")
+    if not records:
+        raise ConfigError(f"input {named}: holds no {SCHEMA} records")
+    if not any(r.get("status") == "ok" and r.get("total") for r in records):
+        errors = [str(r.get("error")) for r in records if r.get("error")]
+        first = f" (first error: {errors[0][:120]})" if errors else ""
+        raise ConfigError(f"input {named}: no usable records: none of its {len(records)} "
+                          f"records is ok with a test count (total > 0){first}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,18 +73,24 @@ def command(args) -> int:
 
     if not 0.0 < args.delta < 1.0:
         raise ConfigError(f"--delta = {args.delta!r} is not allowed: a probability strictly between 0 and 1")
+    _check_out(Path(args.out))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         records = load_records(args.inputs)
         load_notes = [str(w.message) for w in caught]
-        if not records:
-            raise ConfigError("INPUT holds no recallbench.result/1 records")
+        _check_usable(records, args.inputs)
         collapse = {"auto": "auto", "always": True, "never": False}[args.collapse]
         report = score(records, collapse=collapse, form=args.form, delta=args.delta)
     report["warnings"] = load_notes + report["warnings"]
-    for note in report["warnings"]:
-        print(f"warning: {note}", file=sys.stderr)
-    written = write_report(report, args.out, figures=not args.no_figures)
+    for note in report["warnings"][:MAX_WARNINGS]:
+        print(f"recallbench: warning: {note}", file=sys.stderr)
+    if len(report["warnings"]) > MAX_WARNINGS:
+        print(f"recallbench: warning: ... and {len(report['warnings']) - MAX_WARNINGS} more "
+              "(all in report.json)", file=sys.stderr)
+    try:
+        written = write_report(report, args.out, figures=not args.no_figures)
+    except OSError as exc:
+        raise ConfigError(f"--out {args.out}: cannot write the report ({exc.strerror})") from None
     print(f"scored {report['n_runs']} runs ({report['n_ok']} ok, {report['n_failed']} failed) "
           f"in {len(report['groups'])} group(s)")
     for g in report["groups"]:

@@ -17,10 +17,18 @@ when some point failed (it is recorded with its reason), 2 for a user error (not
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from collections import Counter
 
 from recallbench.api.errors import ConfigError
+from recallbench.runs.interrupt import Terminated, sigterm_unwinds
+from recallbench.runs.sweep import MAX_POINTS
+
+#: a --dry-run of a larger grid counts it instead of resolving every point
+DRY_RUN_LIST = 2_000
+#: the points such a --dry-run shows
+DRY_RUN_SHOW = 20
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,6 +74,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(either, the default)")
     p.add_argument("--merge", nargs="+", metavar="SRC",
                    help="merge these stores (directories or .jsonl files) into --store and exit")
+    p.add_argument("--on-conflict", choices=["refuse", "first"], default="refuse",
+                   help="--merge: when two stores hold ok records of one config with different "
+                        "results, refuse and list them (default), or keep the first listed "
+                        "(--store's own, then the sources in order)")
+    p.add_argument("--max-points", type=int, metavar="N", default=MAX_POINTS,
+                   help=f"refuse a grid of more than N cells, counted before anything is built "
+                        f"(default {MAX_POINTS:,})")
 
 
 def _skips(skipped: Counter) -> str:
@@ -82,7 +97,12 @@ def command(args) -> int:
     _check_arguments(args)
     shard = parse_shard(args.shard)
     sweep = load_sweep(args.sweep)
-    exp = sweep.expand()  # every point resolved: a bad value stops here, before any work
+    size = sweep.check_size(args.max_points)  # counted, not built: a huge grid stops here
+    if args.dry_run and size > DRY_RUN_LIST:
+        return _dry_run_counts(args, sweep, size)
+    if size > DRY_RUN_LIST:
+        print(f"sweep {sweep.name}: resolving {size:,} cells...", flush=True)
+    exp = sweep.expand(None)  # every point resolved: a bad value stops here, before any work
     points = shard_points(exp.points, shard)
     dup = f", {exp.duplicates} duplicate cells" if exp.duplicates else ""
     where = f"; shard {shard[0]}/{shard[1]}: {len(points)} points" if shard else ""
@@ -104,7 +124,8 @@ def command(args) -> int:
     from recallbench.runs.executors import make_executor
 
     executor = make_executor(args.executor, workers=args.workers, address=args.address,
-                             threads=args.threads_per_worker, ensemble=bool(args.ensemble))
+                             threads=args.threads_per_worker, ensemble=bool(args.ensemble),
+                             notify=_notify)
     try:
         return _run(args, points, executor, shard, header)
     finally:
@@ -112,18 +133,26 @@ def command(args) -> int:
 
 
 def _merge(args) -> int:
-    from recallbench.runs import store as store_mod
+    from recallbench.runs.merge import MergeConflicts, merge_stores
+    from recallbench.runs.store import read_store
 
     if args.sweep:
         raise ConfigError("--merge takes stores, not a sweep file; "
                           "use: recallbench sweep --merge SRC... --store DST")
     if not args.store:
         raise ConfigError("--merge needs --store DST (the store to merge into)")
-    c = store_mod.merge_stores(args.merge, args.store)
-    total = store_mod.read_store(args.store)
+    try:
+        c = merge_stores(args.merge, args.store, on_conflict=args.on_conflict)
+    except MergeConflicts as exc:
+        for line in exc.lines():
+            print(f"recallbench: {line}", file=sys.stderr)
+        raise
+    total = read_store(args.store)
+    kept = (f"; {len(c['conflicts'])} conflicting config hashes: the first listed kept "
+            f"(--on-conflict first)" if c["conflicts"] else "")
     print(f"merged {c['sources']} sources ({c['read']} records, {c['duplicates']} duplicates "
-          f"within them) into {args.store}: {c['added']} added, {c['already']} already there; "
-          f"the store now holds {len(total.records)} points "
+          f"within them) into {args.store}: {c['added']} added, {c['already']} already there"
+          f"{kept}; the store now holds {len(total.records)} points "
           f"({len(total.hashes('ok'))} ok, {len(total.hashes('failed'))} failed)")
     return 0
 
@@ -133,6 +162,7 @@ def _check_arguments(args) -> None:
     if not args.sweep:
         raise ConfigError("sweep needs a SWEEP.yaml (or --merge SRC... --store DST)")
     for flag, value in (("--limit", args.limit), ("--ensemble", args.ensemble),
+                        ("--max-points", args.max_points),
                         ("--workers", args.workers), ("--threads-per-worker", args.threads_per_worker)):
         if value is not None and value < (0 if flag == "--limit" else 1):
             raise ConfigError(f"{flag} {value} is not allowed: must be >= "
@@ -157,24 +187,35 @@ def _run(args, points, executor, shard, header: str) -> int:
     st = Store(args.store, shard)
     st.open()  # takes the writer lock: a second driver on the same file stops here
     try:
-        if args.adaptive:
-            from recallbench.runs.adaptive_sweep import run_adaptive
-
-            counts = run_adaptive(points, st, executor, tol=args.tol, max_runs=args.max_runs,
-                                  stop=args.stop, echo=echo, header=header)["counts"]
-        else:
-            from recallbench.runs.grid_sweep import run_sweep
-
-            counts = run_sweep(points, st, executor, retry_failed=args.retry_failed,
-                               limit=args.limit, ensemble=args.ensemble, echo=echo,
-                               header=header)
-    except KeyboardInterrupt:
-        print(f"recallbench: interrupted; the points that finished are in {args.store}, "
-              f"and the same command resumes from there", file=sys.stderr, flush=True)
-        return 130
+        with sigterm_unwinds():  # SIGTERM unwinds like Ctrl-C: the workers stop, records stay
+            counts = _drive(args, points, st, executor, echo, header)
+    except (KeyboardInterrupt, Terminated) as exc:
+        term = isinstance(exc, Terminated)
+        print(f"recallbench: {'terminated (SIGTERM)' if term else 'interrupted'}; the points "
+              f"that finished are in {args.store}, and the same command resumes from there",
+              file=sys.stderr, flush=True)
+        return Terminated.exit_status if term else 130
     finally:
         st.close()
     return 1 if counts["failed"] else 0
+
+
+def _drive(args, points, st, executor, echo, header: str) -> dict:
+    """The sweep's or the adaptive search's run counts."""
+    if args.adaptive:
+        from recallbench.runs.adaptive_sweep import run_adaptive
+
+        return run_adaptive(points, st, executor, tol=args.tol, max_runs=args.max_runs,
+                            stop=args.stop, echo=echo, header=header)["counts"]
+    from recallbench.runs.grid_sweep import run_sweep
+
+    return run_sweep(points, st, executor, retry_failed=args.retry_failed, limit=args.limit,
+                     ensemble=args.ensemble, echo=echo, header=header)
+
+
+def _notify(message: str) -> None:
+    """What an executor says at once when it stops its workers early."""
+    print(f"recallbench: {message}", file=sys.stderr, flush=True)
 
 
 def _dry_run(args, points, header: str) -> int:
@@ -195,6 +236,25 @@ def _dry_run(args, points, header: str) -> int:
     return 0
 
 
+def _dry_run_counts(args, sweep, size: int) -> int:
+    """--dry-run of a grid too large to list: its counts, and the first points only."""
+    from recallbench.runs.store import read_store
+
+    dims = " x ".join(f"{len(sweep.axes[g[0]])} ({', '.join(g)})" for g in sweep.groups())
+    print(f"sweep {sweep.name}: grid {size:,} cells = {dims}; more than {DRY_RUN_LIST:,}, so "
+          f"the points are not resolved here (skip rules and filters not counted)")
+    if args.store:
+        contents = read_store(args.store)
+        print(f"store {args.store}: {len(contents.hashes('ok'))} ok, "
+              f"{len(contents.hashes('failed'))} failed")
+    shown = 0
+    for p in itertools.islice(sweep.iter_points(), DRY_RUN_SHOW):
+        print(f"  {p.hash[:12]}  {p.label()}")
+        shown += 1
+    print(f"  ... the first {shown} points; {size - shown:,} more cells")
+    return 0
+
+
 def _check_available(points, executor: str) -> None:
     """Adapters that cannot run on this machine stop the sweep before any work.
 
@@ -204,5 +264,5 @@ def _check_available(points, executor: str) -> None:
         return
     from recallbench.api.registry import ADAPTERS
 
-    for name in sorted({p.cfg.model.adapter for p in points}):
+    for name in sorted({p.adapter for p in points}):
         ADAPTERS.require(name)

@@ -24,7 +24,7 @@ import os
 from typing import Any, Callable, Iterator
 
 from recallbench.api.errors import ConfigError
-from recallbench.runs.worker import run_configs, set_threads
+from recallbench.runs.worker import init_worker, run_configs
 
 EXECUTORS = ("inprocess", "processes", "ray")
 
@@ -54,17 +54,20 @@ class InProcess:
 class Processes:
     name = "processes"
 
-    def __init__(self, workers: int, threads: int = 1, ensemble: bool = False):
+    def __init__(self, workers: int, threads: int = 1, ensemble: bool = False,
+                 notify: Callable[[str], None] | None = None):
         import multiprocessing
 
         self.workers, self.threads, self.ensemble = workers, threads, ensemble
+        self.notify = notify  # told at once when the workers are stopped early
         self.parallel = workers
         self._context = multiprocessing.get_context("spawn")
         self._pool: cf.ProcessPoolExecutor | None = None
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
         return cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=self._context,
-                                      initializer=set_threads, initargs=(self.threads,))
+                                      initializer=init_worker,
+                                      initargs=(self.threads, os.getpid()))
 
     def run(self, items: list[list[dict]]) -> Iterator[tuple[int, Any]]:
         from concurrent.futures.process import BrokenProcessPool
@@ -110,17 +113,40 @@ class Processes:
                         else:
                             todo.append(i)
         finally:
-            if pending:  # left early (an error, Ctrl-C): drop the work still queued
-                self.close()
+            if pending:  # left early (an error, Ctrl-C, SIGTERM): stop the work in flight
+                self.stop()
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
+    def stop(self, grace_s: float = 1.0) -> None:
+        """Stop the workers now, points in flight and all: SIGTERM, then SIGKILL for any
+        still alive after ``grace_s`` seconds (a worker exits at once on SIGTERM, see
+        :func:`recallbench.runs.worker.init_worker`)."""
+        import time
+
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        procs = [p for p in list((pool._processes or {}).values()) if p.is_alive()]
+        if procs and self.notify is not None:
+            self.notify(f"stopping {len(procs)} worker{'s' if len(procs) > 1 else ''}...")
+        for p in procs:
+            p.terminate()
+        deadline = time.monotonic() + grace_s
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join(1.0)
+        pool.shutdown(wait=False, cancel_futures=True)
+
 
 def make_executor(kind: str = "inprocess", *, workers: int | None = None, address: str | None = None,
-                  threads: int | None = None, ensemble: bool = False):
+                  threads: int | None = None, ensemble: bool = False,
+                  notify: Callable[[str], None] | None = None):
     if kind not in EXECUTORS:
         raise ConfigError(f"--executor {kind!r} is not allowed: one of {', '.join(EXECUTORS)}")
     if workers is not None and workers < 1:
@@ -130,7 +156,7 @@ def make_executor(kind: str = "inprocess", *, workers: int | None = None, addres
     if kind == "inprocess":
         return InProcess(threads, ensemble)
     if kind == "processes":
-        return Processes(workers or os.cpu_count() or 1, threads or 1, ensemble)
+        return Processes(workers or os.cpu_count() or 1, threads or 1, ensemble, notify)
     from recallbench.runs.ray_executor import Ray
 
     return Ray(address, workers, threads or 1, ensemble)

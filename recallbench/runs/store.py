@@ -67,25 +67,69 @@ def is_store(path: str | Path) -> bool:
     return path.is_dir() and bool(store_files(path))
 
 
-def read_lines(path: Path, warn: Callable[[str], None] = _default_warn) -> tuple[list[dict], list[int]]:
-    """The records of one JSON-lines file, and the numbers of the torn lines it skipped."""
-    data = path.read_bytes()
-    records, torn = [], []
+#: warnings about one file's skipped lines; the rest are counted in one more line
+MAX_NOTES = 5
+
+
+class _Notes:
+    """The warnings about one file's skipped lines: the first :data:`MAX_NOTES`, then a count."""
+
+    def __init__(self, path: Path, warn: Callable[[str], None]):
+        self.path, self.warn, self.count = path, warn, 0
+
+    def add(self, number: int, what: str) -> None:
+        self.count += 1
+        if self.count <= MAX_NOTES:
+            self.warn(f"{self.path}:{number}: {what}")
+
+    def close(self) -> None:
+        if self.count > MAX_NOTES:
+            self.warn(f"{self.path}: {self.count - MAX_NOTES} more lines ignored")
+
+
+def scan_lines(path: Path, warn: Callable[[str], None] = _default_warn
+               ) -> tuple[list[tuple[int, Any]], list[int]]:
+    """(line number, value) of every line of a JSON-lines file that parses, and the numbers
+    of the torn lines (not UTF-8, or not JSON) it skipped, each reported through ``warn``
+    (at most :data:`MAX_NOTES` of them, then a count)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path} ({exc.strerror})") from None
+    items, torn = [], []
+    notes = _Notes(path, warn)
     for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
         try:
-            item = json.loads(line.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            items.append((number, json.loads(line.decode("utf-8"))))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             torn.append(number)
-            warn(f"{path}:{number}: ignoring a torn line (an unfinished record from an "
-                 "interrupted write)")
-            continue
-        if not isinstance(item, dict) or not isinstance(item.get("config_hash"), str):
-            warn(f"{path}:{number}: ignoring an entry that is not a result record")
-            continue
-        records.append(item)
+            notes.add(number, "ignoring a torn line (an unfinished record from an interrupted "
+                              "write)")
+    notes.close()
+    return items, torn
+
+
+def _record_lines(path: Path, warn: Callable[[str], None]
+                  ) -> tuple[list[tuple[int, dict]], list[int]]:
+    """:func:`scan_lines` less the entries that are not result records (reported too)."""
+    items, torn = scan_lines(path, warn)
+    records = []
+    notes = _Notes(path, warn)
+    for number, item in items:
+        if isinstance(item, dict) and isinstance(item.get("config_hash"), str):
+            records.append((number, item))
+        else:
+            notes.add(number, "ignoring an entry that is not a result record")
+    notes.close()
     return records, torn
+
+
+def read_lines(path: Path, warn: Callable[[str], None] = _default_warn) -> tuple[list[dict], list[int]]:
+    """The records of one JSON-lines file, and the numbers of the torn lines it skipped."""
+    records, torn = _record_lines(path, warn)
+    return [rec for _, rec in records], torn
 
 
 def merge_records(records: Iterable[dict]) -> tuple[list[dict], int]:
@@ -120,9 +164,10 @@ class StoreContents:
         return {r["config_hash"] for r in self.records if r.get("status") == status}
 
 
-def read_store(path: str | Path, warn: Callable[[str], None] = _default_warn) -> StoreContents:
-    """Read a store directory (all its files) or a single .jsonl file, merged."""
-    path = Path(path)
+def _store_lines(path: Path, warn: Callable[[str], None]
+                 ) -> tuple[list[Path], list[tuple[Path, int, dict]], list[tuple[Path, int]]]:
+    """The files of a store directory (or a single .jsonl file), every record in them with
+    its file and line, and the torn lines."""
     if path.is_dir():
         files = store_files(path)
     elif path.is_file():
@@ -131,13 +176,19 @@ def read_store(path: str | Path, warn: Callable[[str], None] = _default_warn) ->
         raise ConfigError(f"store {path} is neither a directory nor a file")
     else:
         files = []
-    everything, torn = [], []
+    entries, torn = [], []
     for f in files:
-        recs, bad = read_lines(f, warn)
-        everything += recs
+        recs, bad = _record_lines(f, warn)
+        entries += [(f, n, rec) for n, rec in recs]
         torn += [(f, n) for n in bad]
-    merged, duplicates = merge_records(everything)
-    return StoreContents(merged, files, len(everything), duplicates, torn)
+    return files, entries, torn
+
+
+def read_store(path: str | Path, warn: Callable[[str], None] = _default_warn) -> StoreContents:
+    """Read a store directory (all its files) or a single .jsonl file, merged."""
+    files, entries, torn = _store_lines(Path(path), warn)
+    merged, duplicates = merge_records(rec for _, _, rec in entries)
+    return StoreContents(merged, files, len(entries), duplicates, torn)
 
 
 class Store:
@@ -146,16 +197,18 @@ class Store:
     ``with Store(dir, shard) as store: store.append(record)``.
     """
 
-    def __init__(self, path: str | Path, shard: tuple[int, int] | None = None):
+    def __init__(self, path: str | Path, shard: tuple[int, int] | None = None,
+                 warn: Callable[[str], None] = _default_warn):
         self.path = Path(path)
         self.shard = shard
+        self.warn = warn  # where reading reports a skipped line
         self.file = self.path / shard_file(shard)
         self._fd: int | None = None
         self._fresh_line_checked = False
 
     # -- reading ------------------------------------------------------------------
-    def read(self, warn: Callable[[str], None] = _default_warn) -> StoreContents:
-        return read_store(self.path, warn)
+    def read(self, warn: Callable[[str], None] | None = None) -> StoreContents:
+        return read_store(self.path, warn or self.warn)
 
     # -- writing ------------------------------------------------------------------
     def open(self) -> "Store":
@@ -231,38 +284,3 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def merge_stores(sources: Iterable[str | Path], dest: str | Path,
-                 warn: Callable[[str], None] = _default_warn) -> dict[str, int]:
-    """Append to ``dest``'s results.jsonl every record its sources add; returns counts.
-
-    A record is added when ``dest`` has no record of its config_hash, or only a failed
-    one and the source's is ok.  Sources are store directories or .jsonl files.
-    """
-    dest = Path(dest)
-    current = read_store(dest, warn).by_hash if dest.exists() else {}
-    counts = {"sources": 0, "read": 0, "added": 0, "already": 0, "duplicates": 0}
-    with Store(dest) as out:
-        for src in sources:
-            src = Path(src)
-            if not src.exists():
-                raise ConfigError(f"--merge {src} does not exist: expected a store directory "
-                                  "or a .jsonl file")
-            if src.resolve() == dest.resolve():
-                continue
-            contents = read_store(src, warn)
-            if src.is_dir() and not contents.files:
-                raise ConfigError(f"--merge {src} is a directory without results*.jsonl files")
-            counts["sources"] += 1
-            counts["read"] += contents.read
-            counts["duplicates"] += contents.duplicates
-            for rec in contents.records:
-                have = current.get(rec["config_hash"])
-                if have is not None and (have.get("status") == "ok" or rec.get("status") != "ok"):
-                    counts["already"] += 1
-                    continue
-                out.append(rec)
-                current[rec["config_hash"]] = rec
-                counts["added"] += 1
-    return counts

@@ -36,6 +36,55 @@ def set_threads(threads: int | None) -> None:
         pass
 
 
+def init_worker(threads: int | None, parent_pid: int) -> None:
+    """A pool worker's start: its torch threads, and its death with the driver.
+
+    A worker never outlives the driver ``parent_pid`` that started it: on Linux the kernel
+    sends it SIGKILL when the driver dies (``prctl(PR_SET_PDEATHSIG)``; the signal comes when
+    the driver *thread* that started the pool ends, so a pool belongs to a thread that
+    outlives it), and everywhere a watchdog thread exits the process once its parent is no
+    longer ``parent_pid``.  Ctrl-C is the driver's to handle (it stops the workers), so a
+    worker ignores SIGINT, and it exits at once on SIGTERM, mid-point or idle.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(128 + signum))
+    _parent_death_signal(signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the driver died before the signal was set
+        os._exit(1)
+    _watch_parent(parent_pid)
+    set_threads(threads)
+
+
+def _parent_death_signal(signum: int) -> None:
+    """Linux: have the kernel send ``signum`` to this process when its parent dies."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signum, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # no libc prctl: the watchdog alone stands guard
+        pass
+
+
+def _watch_parent(parent_pid: int, poll_s: float = 0.5) -> None:
+    """A daemon thread that exits the process once its parent is no longer ``parent_pid``."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="recallbench-watch-parent", daemon=True).start()
+
+
 def run_configs(configs: list[dict], threads: int | None = None, ensemble: bool = False,
                 runner: Callable | None = None, reraise: tuple[type[Exception], ...] = ()
                 ) -> list[dict]:
