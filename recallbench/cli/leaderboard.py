@@ -3,7 +3,7 @@
     recallbench leaderboard run --suite leaderboards/cpu-small --adapter NAME --store STORE
                                 [--set model.key=value ...] [--limit N]
     recallbench leaderboard validate FILE...        (or a suite folder: all its submissions)
-    recallbench leaderboard verify FILE --sample K [--device cpu]
+    recallbench leaderboard verify FILE --sample K [--seed N] [--device cpu]
     recallbench leaderboard render SUITE_DIR... [--check] [--no-plot]
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--store", required=True, help="result store folder (results.jsonl is appended)")
     p.add_argument("--set", action="append", metavar="model.KEY=VALUE",
                    help="adapter settings the suite leaves open (model.* only); repeatable")
-    p.add_argument("--limit", type=int, help="run at most this many missing points")
+    p.add_argument("--limit", type=int, help="run at most this many missing points (>= 1)")
 
     p = sub.add_parser("validate", help="check submissions: schema, suite, hashes, Fano bound")
     p.add_argument("files", nargs="+", help="submission .yaml files or suite folders")
@@ -33,9 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("verify", help="re-run sampled points of a submission")
     p.add_argument("file", help="submission .yaml")
     p.add_argument("--sample", type=int, default=2, metavar="K", help="points to re-run (default 2)")
+    p.add_argument("--seed", type=int, metavar="N",
+                   help="draw the points with this seed, to repeat a verification (default: "
+                        "a fresh seed from the system's randomness, printed)")
     p.add_argument("--device", help="override train.device for the re-runs")
 
-    p = sub.add_parser("render", help="write a suite's README.md table and plot")
+    p = sub.add_parser("render", help="write a suite's README.md table and plot (refused, "
+                       "writing nothing, when any submission is invalid)")
     p.add_argument("suites", nargs="+", help="suite folders")
     p.add_argument("--check", action="store_true", help="exit 1 if README.md is stale; write nothing")
     p.add_argument("--no-plot", action="store_true", help="do not write the PNG")
@@ -52,71 +56,97 @@ def _model_sets(items: list[str] | None) -> dict:
     return raw.get("model", {})
 
 
-def command(args) -> int:
+def _check_run_settings(suite, adapter: str, extra: dict) -> None:
+    """The suite's first point with these settings resolves: bad values are one line now."""
+    from recallbench.api.config import resolve
+    from recallbench.leaderboard.checks import short
+
+    try:
+        resolve(suite.point_config(adapter, suite.points()[0], extra))
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ConfigError(f"--set: {short(extra, 120)} cannot be used ({type(exc).__name__}: "
+                          f"{str(exc)[:100]})") from None
+
+
+def _run(args) -> int:
     from recallbench import leaderboard as lb
 
-    if args.action == "run":
-        suite = lb.load_suite(args.suite)
-        fixed = set()
-        for b in suite.budgets:
-            fixed |= set(b["model"])
-        extra = _model_sets(args.set)
-        clash = sorted(set(extra) & (fixed | {"adapter"}))
-        if clash:
-            raise ConfigError(f"--set model.{clash[0]}: fixed by suite {suite.name}")
-        counts = lb.run_suite(suite, args.adapter, args.store, model_extra=extra, limit=args.limit,
-                              log=lambda m: print(m, flush=True))
-        print(f"done: {counts['ran']} ran, {counts['failed']} failed, {counts['skipped']} skipped "
-              f"(store {args.store})")
-        return 1 if counts["failed"] else 0
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit {args.limit}: must be >= 1")
+    suite = lb.load_suite(args.suite)
+    fixed = set()
+    for b in suite.budgets:
+        fixed |= set(b["model"])
+    extra = _model_sets(args.set)
+    clash = sorted(set(extra) & (fixed | {"adapter"}))
+    if clash:
+        raise ConfigError(f"--set model.{clash[0]}: fixed by suite {suite.name}")
+    _check_run_settings(suite, args.adapter, extra)
+    counts = lb.run_suite(suite, args.adapter, args.store, model_extra=extra, limit=args.limit,
+                          log=lambda m: print(m, flush=True))
+    print(f"done: {counts['ran']} ran, {counts['failed']} failed, {counts['skipped']} skipped "
+          f"(store {args.store})")
+    return 1 if counts["failed"] else 0
 
-    if args.action == "validate":
-        files: list[Path] = []
-        for f in args.files:
-            p = Path(f)
-            if p.is_dir():
-                found = lb.submission_files(p)
-                if not found:
-                    raise ConfigError(f"{p}: no submissions in {p / lb.SUBMISSIONS_DIR}")
-                files += found
-            else:
-                files.append(p)
-        bad = 0
-        for f in files:
-            try:
-                sub, suite, notes = lb.validate_file(f, check_scores=not args.no_scores)
-            except ConfigError as exc:
-                print(f"INVALID {exc}")
-                bad += 1
-                continue
-            n = sum(len(b["points"]) for b in sub["budgets"])
-            print(f"ok {f}: {sub['model']['name']} ({sub['model']['adapter']}) on {suite.name}, "
-                  f"{n} points" + "".join(f"; note: {x}" for x in notes))
-        if bad:
-            raise ConfigError(f"{bad} of {len(files)} submission(s) invalid")
-        return 0
 
-    if args.action == "verify":
-        if args.sample < 1:
-            raise ConfigError("--sample must be >= 1")
-        sub, suite, _ = lb.validate_file(args.file)
-        rows = lb.verify(sub, suite, args.sample, device=args.device, log=lambda m: print(m, flush=True))
-        bad = [r for r in rows if not r["ok"]]
-        if bad:
-            print(f"verify FAILED: {len(bad)} of {len(rows)} re-run point(s) disagree beyond "
-                  f"the suite's tolerance {suite.tolerance}")
-            return 1
-        print(f"verify ok: {len(rows)} re-run point(s) agree within {suite.tolerance}")
-        return 0
+def _validate(args) -> int:
+    from recallbench import leaderboard as lb
 
-    if args.action == "render":
-        stale = 0
-        for s in args.suites:
-            fresh, msgs = lb.render(s, check=args.check, plot=not args.no_plot)
-            for m in msgs:
-                print(m)
-            stale += not fresh
-            if args.check and fresh:
-                print(f"{s}: README.md is up to date")
-        return 1 if stale else 0
-    raise ConfigError(f"unknown action {args.action!r}")
+    entries = lb.check_files(args.files, check_scores=not args.no_scores)
+    for e in entries:
+        if e.error:
+            print(f"INVALID {e.error}")
+            continue
+        n = sum(len(b["points"]) for b in e.sub["budgets"])
+        print(f"ok {e.path}: {e.sub['model']['name']} ({e.sub['model']['adapter']}) on "
+              f"{e.sub['suite']}, {n} points" + "".join(f"; note: {x}" for x in e.notes))
+    bad = [e for e in entries if e.error]
+    if bad:
+        raise ConfigError(f"{len(bad)} of {len(entries)} submission(s) invalid; first: {bad[0].error}")
+    return 0
+
+
+def _verify(args) -> int:
+    from recallbench import leaderboard as lb
+
+    if args.sample < 1:
+        raise ConfigError(f"--sample {args.sample}: must be >= 1")
+    if args.seed is not None and not 0 <= args.seed < 2 ** 32:
+        raise ConfigError(f"--seed {args.seed}: must be in [0, 2**32)")
+    from recallbench.leaderboard.validate import find_suite_for
+
+    if Path(args.file).is_dir():
+        raise ConfigError(f"{args.file}: a folder; verify takes one submission .yaml file")
+    (entry,) = lb.check_files([args.file])
+    if entry.error:
+        raise ConfigError(entry.error)
+    suite = lb.load_suite(find_suite_for(entry.path))
+    rows = lb.verify(entry.sub, suite, args.sample, seed=args.seed, device=args.device,
+                     log=lambda m: print(m, flush=True))
+    bad = [r for r in rows if not r["ok"]]
+    if bad:
+        print(f"verify FAILED: {len(bad)} of {len(rows)} re-run point(s) disagree beyond "
+              f"the suite's tolerance {suite.tolerance}")
+        return 1
+    print(f"verify ok: {len(rows)} re-run point(s) agree within {suite.tolerance}")
+    return 0
+
+
+def _render(args) -> int:
+    from recallbench import leaderboard as lb
+
+    stale = 0
+    for s in args.suites:
+        fresh, msgs = lb.render(s, check=args.check, plot=not args.no_plot)
+        for m in msgs:
+            print(m)
+        stale += not fresh
+        if args.check and fresh:
+            print(f"{s}: README.md is up to date")
+    return 1 if stale else 0
+
+
+def command(args) -> int:
+    return {"run": _run, "validate": _validate, "verify": _verify, "render": _render}[args.action](args)

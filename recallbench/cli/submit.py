@@ -10,6 +10,9 @@ and a sha256 over its content.  Default output: <suite>/submissions/<model-name>
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import warnings
 from pathlib import Path
 
 from recallbench.api.errors import ConfigError
@@ -28,18 +31,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="overwrite an existing file")
 
 
+def _check_out(out: Path, force: bool) -> None:
+    """The output can be written: a .yaml file in an existing-or-creatable folder."""
+    if out.suffix not in (".yaml", ".yml"):
+        raise ConfigError(f"--out {out}: submissions are .yaml files")
+    if out.is_dir():
+        raise ConfigError(f"--out {out}: is a folder; give a file name")
+    if (out.exists() or out.is_symlink()) and not force:
+        raise ConfigError(f"{out} exists (use --force to replace it)")
+    parent = next((p for p in out.parents if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise ConfigError(f"--out {out}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(f"--out {out}: {parent} is not writable")
+
+
+def _check_text(args) -> None:
+    from recallbench.leaderboard.schema import MAX_TEXT
+
+    for flag, value in (("--description", args.description), ("--url", args.url)):
+        if value is not None and len(value) > MAX_TEXT:
+            raise ConfigError(f"{flag}: {len(value)} characters; at most {MAX_TEXT}")
+
+
+def _load(paths: list[str]) -> list[dict]:
+    """The stores' records; their warnings (torn lines, skipped entries) as one line each."""
+    from recallbench import leaderboard as lb
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = lb.load_store_records(paths)
+    for w in caught[:20]:
+        print(f"recallbench: warning: {str(w.message)[:300]}", file=sys.stderr)
+    return records
+
+
 def command(args) -> int:
     from recallbench import leaderboard as lb
 
     suite = lb.load_suite(args.suite)
     lb.check_name(args.model_name, "--model-name")
-    records = lb.load_store_records(args.store)
+    _check_text(args)
+    out = Path(args.out) if args.out else suite.dir / lb.SUBMISSIONS_DIR / f"{lb.slug(args.model_name)}.yaml"
+    _check_out(out, args.force)
+    records = _load(args.store)
     sub = lb.build_submission(suite, records, args.model_name, adapter=args.adapter,
                               description=args.description, url=args.url)
-    out = Path(args.out) if args.out else suite.dir / lb.SUBMISSIONS_DIR / f"{lb.slug(args.model_name)}.yaml"
-    if out.exists() and not args.force:
-        raise ConfigError(f"{out} exists (use --force to replace it)")
-    lb.write_submission(sub, out)
+    try:
+        lb.write_submission(sub, out)
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot write ({exc.strerror})") from None
     for b in sub["budgets"]:
         sc = (b.get("score") or {}).get("mean") or {}
         acc = lb.acc_by_nf(b)

@@ -23,13 +23,34 @@ def is_int(x) -> bool:
 
 
 def is_num(x) -> bool:
-    """A finite int or float (bools excluded)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    """A finite int or float (bools excluded) that converts to a float (10**400 does not)."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:
+        return False
+
+
+#: the largest count (queries, steps) a file may claim: far above any real run, and small
+#: enough that every ratio of counts is an ordinary float
+MAX_COUNT = 10 ** 12
+
+
+def is_count(x, low: int = 0) -> bool:
+    """An int in [low, MAX_COUNT] (bools excluded)."""
+    return is_int(x) and low <= x <= MAX_COUNT
+
+
+def short(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` when short, else its type: what a one-line message may echo."""
+    text = repr(value) if not isinstance(value, (dict, list)) or len(value) < 8 else ""
+    return text if text and len(text) <= limit else f"a {type(value).__name__}"
 
 
 def check_name(value: Any, where: str) -> str:
     need(isinstance(value, str) and bool(NAME_RE.match(value)) and ".." not in value,
-         where, f"{value!r} is not a plain name (letters, digits, . _ + -; no '/', no '..')")
+         where, f"{short(value)} is not a plain name (letters, digits, . _ + -; no '/', no '..')")
     return value
 
 
@@ -38,16 +59,16 @@ def check_relative_path(value: Any, where: str) -> str:
     need(isinstance(value, str) and value != "", where, "a relative path is required")
     p = value.replace("\\", "/")
     need(not p.startswith("/") and not re.match(r"^[A-Za-z]:", p) and "\x00" not in p,
-         where, f"{value!r} is an absolute path; only paths inside the leaderboard folder")
-    need(".." not in p.split("/"), where, f"{value!r} escapes the leaderboard folder ('..')")
+         where, f"{short(value)} is an absolute path; only paths inside the leaderboard folder")
+    need(".." not in p.split("/"), where, f"{short(value)} escapes the leaderboard folder ('..')")
     return value
 
 
 def check_keys(obj: Any, allowed: set, required: set, where: str) -> None:
     """``obj`` is a mapping with only ``allowed`` keys and all ``required`` ones."""
     need(isinstance(obj, dict), where, "must be a mapping")
-    unknown = sorted(str(k) for k in set(obj) - allowed)
-    need(not unknown, where, f"unknown field {unknown[0] if unknown else ''!r}")
+    unknown = sorted(short(k) for k in set(obj) - allowed)
+    need(not unknown, where, f"unknown field {unknown[0] if unknown else ''}")
     missing = sorted(required - set(obj))
     need(not missing, where, f"missing field {missing[0] if missing else ''!r}")
 

@@ -14,7 +14,7 @@ from typing import Mapping
 
 from recallbench.api.canonical import EXECUTION_KEYS, SECTIONS
 from recallbench.api.errors import ConfigError
-from recallbench.leaderboard.checks import is_int, is_num, need
+from recallbench.leaderboard.checks import is_int, is_num, need, short
 
 # what may differ between the points of one budget: the grid's own keys and execution keys
 DELTA_ALLOWED = {"task": {"num_facts"}, "model": set(),
@@ -37,7 +37,7 @@ def first_mismatch(full: Mapping, fixed: Mapping) -> str | None:
             same = (math.isclose(hv, v, rel_tol=1e-12, abs_tol=0.0)
                     if is_num(hv) and is_num(v) and not (is_int(hv) and is_int(v)) else hv == v)
             if not same:
-                return f"{section}.{k} = {hv!r}, the suite fixes {v!r}"
+                return f"{section}.{k} = {short(hv)}, the suite fixes {short(v)}"
     return None
 
 

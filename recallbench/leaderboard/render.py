@@ -1,7 +1,9 @@
 """Rendering a suite's leaderboard: the ranked table in README.md, and the plot.
 
-:func:`render` validates every submission of a suite (without recomputing scores), ranks
-one row per (submission, budget) with :func:`leaderboard_rows`, and writes README.md
+:func:`render` validates every submission of a suite as ``validate`` does (scores
+recomputed, state sizes recomputed by the adapters, duplicates refused) and refuses to
+render, naming the first refused file, when any fails; it then ranks one row per
+(submission, budget) with :func:`leaderboard_rows`, and writes README.md
 (:func:`render_markdown`) and the accuracy-vs-state plot (``plot.render_plot``); with
 ``check`` it only compares README.md with what it would write.
 
@@ -15,8 +17,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from recallbench.leaderboard.plot import render_plot
-from recallbench.leaderboard.suite import Suite, load_suite, submission_files
-from recallbench.leaderboard.validate import validate_file
+from recallbench.leaderboard.board import valid_board
+from recallbench.leaderboard.suite import Suite, load_suite
 
 README = "README.md"
 PLOT = "accuracy_vs_state.png"
@@ -151,14 +153,12 @@ def render(suite_dir: str | Path, *, check: bool = False, plot: bool = True
            ) -> tuple[bool, list[str]]:
     """Write (or with ``check``, compare) the suite's README.md and plot.
 
-    Returns (up_to_date, messages).  Every submission is validated first (without the
-    score recomputation) so that nothing invalid is rendered.
+    Returns (up_to_date, messages).  Every submission is validated first, with
+    everything ``validate`` checks, so that nothing invalid is shown; one that fails is a
+    ConfigError naming it, and nothing is written.
     """
     suite = load_suite(suite_dir)
-    subs = []
-    for f in submission_files(suite.dir):
-        sub, _, _ = validate_file(f, suite.dir, check_scores=False)
-        subs.append((f, sub))
+    subs = valid_board(suite.dir)
     rows = leaderboard_rows(suite, subs)
     text = render_markdown(suite, rows)
     if check:

@@ -2,12 +2,15 @@
 
 :func:`run_suite` trains every missing point of a suite's grid for one adapter and
 appends the records to a store (what `recallbench submit` then reads);
-:func:`verify` re-runs K points of a submission, chosen deterministically by
-:func:`sample_points`, and compares the accuracies with the suite's tolerance.
+:func:`verify` re-runs K points of a submission, chosen by :func:`sample_points` from a
+seed the verifier picks (its own randomness, or ``--seed`` to repeat a verification),
+never from anything in the submission, and compares the accuracies with the suite's
+tolerance.
 """
 from __future__ import annotations
 
 import random
+import secrets
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
@@ -20,10 +23,19 @@ from recallbench.runs.store import Store, read_store
 
 
 def load_store_records(paths: Iterable[str | Path]) -> list[dict]:
-    """Records of stores (all their files) and of .jsonl/.json files (scorer.load_records)."""
+    """Records of stores (all their files) and of .jsonl/.json files (scorer.load_records);
+    an unreadable input (binary, not UTF-8, nested too deep) is one line naming the inputs."""
     from recallbench.law.scorer import load_records
 
-    return load_records(list(paths))
+    paths = list(paths)
+    try:
+        return load_records(paths)
+    except ConfigError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        names = ", ".join(str(p) for p in paths)[:200]
+        raise ConfigError(f"--store {names}: unreadable ({type(exc).__name__}: "
+                          f"{str(exc)[:100]})") from None
 
 
 def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Mapping | None = None,
@@ -73,21 +85,35 @@ def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Map
     return counts
 
 
-def sample_points(sub: Mapping, k: int) -> list[tuple[dict, dict]]:
-    """K (budget, point) pairs chosen deterministically (seeded by the submission's sha256)."""
+MAX_SEED = 2 ** 32
+
+
+def new_seed() -> int:
+    """A sampling seed from the operating system's randomness (what no submitter controls)."""
+    return secrets.randbelow(MAX_SEED)
+
+
+def sample_points(sub: Mapping, k: int, seed: int) -> list[tuple[dict, dict]]:
+    """K (budget, point) pairs drawn with ``seed`` (the same seed draws the same points)."""
+    need(0 <= seed < MAX_SEED, "--seed", f"{seed} is not in [0, 2**32)")
     all_pts = [(b, p) for b in sub["budgets"] for p in b["points"]]
-    rng = random.Random(int(sub["sha256"][:16], 16))
-    idx = sorted(rng.sample(range(len(all_pts)), min(k, len(all_pts))))
+    idx = sorted(random.Random(seed).sample(range(len(all_pts)), min(k, len(all_pts))))
     return [all_pts[i] for i in idx]
 
 
-def verify(sub: Mapping, suite: Suite, k: int, *, runner: Callable | None = None,
-           log: Callable[[str], None] = print, device: str | None = None) -> list[dict]:
-    """Re-run K sampled points; returns one row per point with ``ok`` set."""
+def verify(sub: Mapping, suite: Suite, k: int, *, seed: int | None = None,
+           runner: Callable | None = None, log: Callable[[str], None] = print,
+           device: str | None = None) -> list[dict]:
+    """Re-run K points drawn with ``seed`` (None: a fresh one, logged); one row per point."""
     if runner is None:
         from recallbench.harness.train import run as runner
+    seed = new_seed() if seed is None else seed
+    picked = sample_points(sub, k, seed)
+    n = sum(len(b["points"]) for b in sub["budgets"])
+    log(f"re-running {len(picked)} of {n} points drawn with seed {seed} "
+        f"(repeat with --seed {seed})")
     rows = []
-    for b, p in sample_points(sub, k):
+    for b, p in picked:
         cfg = merge_config(b["config"], p.get("delta") or {})
         cfg["train"] = {**cfg["train"], "progress": False}
         if suite.data.get("threads") is not None:

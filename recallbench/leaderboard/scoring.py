@@ -63,6 +63,12 @@ def score_records(records: list[Mapping], suite: Suite) -> dict:
         return score(records, collapse=False, **suite.scoring)
 
 
+def scoring_entry(suite: Suite) -> dict:
+    """A submission's ``scoring`` field: the suite's settings and the views it reports."""
+    return {**suite.scoring, "view": "mean", "views": {
+        "mean": "mean over seeds (counts pooled)", "best": "best of seeds (paper convention)"}}
+
+
 def budget_scores(report: Mapping, budget_model: Mapping) -> dict:
     """The scorer's per-configuration entry matching a budget (one group expected)."""
     for g in report.get("groups", []):

@@ -11,18 +11,21 @@ the full config of a point is its budget's ``config`` updated with the point's `
 from __future__ import annotations
 
 import copy
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from recallbench.api.canonical import canonical_json, config_hash, sha256_of
+from recallbench.api.canonical import SECTIONS, canonical_json, config_hash, sha256_of
 from recallbench.api.errors import ConfigError
 from recallbench.api.registry import ADAPTERS
-from recallbench.leaderboard.checks import check_name, is_int, need
+from recallbench.leaderboard.checks import check_name, is_count, is_num, need, short
 from recallbench.leaderboard.points import (check_delta, config_delta, first_mismatch, point_key,
                                             shared_model_config)
-from recallbench.leaderboard.scoring import budget_scores, point_records, rounded, score_records
+from recallbench.leaderboard.recompute import expected_state
+from recallbench.leaderboard.scoring import (budget_scores, point_records, rounded, score_records,
+                                             scoring_entry)
 from recallbench.leaderboard.suite import Suite
 from recallbench.leaderboard.yaml_io import MAX_BYTES, dump_yaml
 
@@ -59,9 +62,44 @@ def _single_adapter(records: list[Mapping]) -> str:
     return adapters[0]
 
 
+def _usable(r: Mapping) -> bool:
+    """An ok record whose config has the three sections and names an adapter."""
+    cfg = r.get("config")
+    return (r.get("status") == "ok" and isinstance(cfg, dict)
+            and all(isinstance(cfg.get(s), dict) for s in SECTIONS)
+            and isinstance(cfg["model"].get("adapter"), str))
+
+
+def _check_record(r: Mapping) -> None:
+    """A record that fills a point: hash, counts and sizes are plain, bounded values."""
+    h = r.get("config_hash")
+    need(isinstance(h, str) and bool(re.fullmatch(r"[0-9a-f]{64}", h)), "submit",
+         f"a record in the store has config_hash {short(h)}, not 64 hex digits")
+    rw = f"submit: record {h[:12]}"
+    for k in POINT_COUNTS:
+        need(is_count(r.get(k)), rw, f"{k} = {short(r.get(k))} is not an integer count")
+    need(0 <= r["correct"] <= r["correct_topk"] <= r["total"] and r["total"] > 0, rw,
+         "counts must satisfy 0 <= correct <= correct_topk <= total, total > 0")
+    need(is_num(r.get("info_bits")) and 0 < r["info_bits"] <= 1e9, rw,
+         f"info_bits = {short(r.get('info_bits'))} is not a number in (0, 1e9]")
+    need(r.get("state_size") is None or is_count(r.get("state_size"), 1), rw,
+         f"state_size = {short(r.get('state_size'))} is not a positive integer or null")
+    for k in ("steps", "best_step", "params"):
+        need(r.get(k) is None or is_count(r.get(k)), rw, f"{k} = {short(r.get(k))} is not a count")
+    for k in ("train_s", "wall_s"):
+        need(r.get(k) is None or (is_num(r.get(k)) and r[k] >= 0), rw,
+             f"{k} = {short(r.get(k))} is not a finite number >= 0")
+    need(r.get("threads") is None or is_count(r.get("threads"), 1), rw,
+         f"threads = {short(r.get('threads'))} is not a positive integer or null")
+    v = r.get("versions")
+    need(v is None or (isinstance(v, dict) and all(isinstance(x, str) and len(x) <= 200
+                                                   for kv in v.items() for x in kv)), rw,
+         "versions must map distribution names to version texts")
+
+
 def match_points(suite: Suite, records: Iterable[Mapping], adapter: str | None) -> tuple[str, dict]:
     """(adapter, {point key: record}) of the records that fill the suite's grid."""
-    recs = [r for r in records if r.get("status") == "ok" and isinstance(r.get("config"), dict)]
+    recs = [r for r in records if isinstance(r, dict) and _usable(r)]
     if adapter is None:
         adapter = _single_adapter(recs)
     by_point: dict[tuple, dict[str, Mapping]] = {}
@@ -70,6 +108,7 @@ def match_points(suite: Suite, records: Iterable[Mapping], adapter: str | None) 
             continue
         for p in suite.points():
             if first_mismatch(r["config"], suite.fixed_values(adapter, p)) is None:
+                _check_record(r)
                 by_point.setdefault(point_key(p), {})[r.get("config_hash")] = r  # last wins
                 break
     missing = [p for p in suite.points() if point_key(p) not in by_point]
@@ -91,8 +130,6 @@ def match_points(suite: Suite, records: Iterable[Mapping], adapter: str | None) 
 
 def _point_entry(p: Mapping, r: Mapping, base: Mapping) -> dict:
     """One point of a budget: its counts and its config as a delta from ``base``."""
-    for k in POINT_COUNTS:
-        need(is_int(r.get(k)), "submit", f"record {r.get('config_hash', '?')[:12]} lacks {k}")
     delta = config_delta(base, r["config"])
     check_delta(delta, f"submit: run {str(r.get('config_hash'))[:12]}")
     return {"num_facts": p["num_facts"], "lr": p["lr"], "seed": p["seed"],
@@ -111,8 +148,13 @@ def _budget_entry(b: Mapping, pts: list[tuple[Mapping, Mapping]]) -> dict:
     need(len(sizes) == 1, "submit", f"budget {b['name']}: runs report different state sizes {sizes}")
     points = [_point_entry(p, r, base) for p, r in pts]
     first = pts[0][1]
-    return {"name": b["name"], "state_size": first.get("state_size"),
-            "state_bits": first.get("state_bits") or 32, "state_note": first.get("state_note"),
+    state_size, state_bits = expected_state(base["model"], f"submit: budget {b['name']}")
+    need(first.get("state_size") == state_size, f"submit: budget {b['name']}",
+         f"the runs report state_size {short(first.get('state_size'))}, the adapter computes "
+         f"{state_size} for this config")
+    note = first.get("state_note")
+    return {"name": b["name"], "state_size": state_size, "state_bits": state_bits,
+            "state_note": note if isinstance(note, str) else None,
             "params": first.get("params"), "config": base, "points": points}
 
 
@@ -121,8 +163,7 @@ def _add_scores(sub: dict, suite: Suite) -> None:
     report = score_records(point_records(sub), suite)
     for bsub in sub["budgets"]:
         bsub["score"] = rounded(budget_scores(report, bsub["config"]["model"]))
-    sub["scoring"] = {**suite.scoring, "view": "mean", "views": {
-        "mean": "mean over seeds (counts pooled)", "best": "best of seeds (paper convention)"}}
+    sub["scoring"] = scoring_entry(suite)
     sub["impossible"] = [{k: i.get(k) for k in IMPOSSIBLE_KEYS} for i in report.get("impossible", [])]
 
 

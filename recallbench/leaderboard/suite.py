@@ -36,7 +36,7 @@ from typing import Any, Mapping
 
 from recallbench.api.canonical import sha256_of, strip_execution
 from recallbench.api.errors import ConfigError
-from recallbench.leaderboard.checks import check_name, is_int, is_num, need
+from recallbench.leaderboard.checks import check_name, is_count, is_int, is_num, need, short
 from recallbench.leaderboard.yaml_io import read_yaml_data
 
 SUITE_SCHEMA = "recallbench.suite/1"
@@ -133,9 +133,9 @@ def _check_header(data: Any, where: str, directory: Path) -> None:
     """Schema, known keys, and a name equal to the folder's."""
     need(isinstance(data, dict), where, "must be a mapping")
     need(data.get("schema") == SUITE_SCHEMA, where,
-         f"schema must be {SUITE_SCHEMA!r} (got {data.get('schema')!r})")
-    unknown = sorted(set(data) - SUITE_KEYS)
-    need(not unknown, where, f"unknown key {unknown[0] if unknown else ''!r}; allowed: "
+         f"schema must be {SUITE_SCHEMA!r} (got {short(data.get('schema'))})")
+    unknown = sorted(short(k) for k in set(data) - SUITE_KEYS)
+    need(not unknown, where, f"unknown key {unknown[0] if unknown else ''}; allowed: "
          f"{', '.join(sorted(SUITE_KEYS))}")
     check_name(data.get("name"), f"{where}: name")
     need(data["name"] == directory.name, where,
@@ -148,7 +148,7 @@ def _check_task(data: Mapping, where: str) -> None:
          "task must be a mapping with a name")
     need("num_facts" not in task, where, "task.num_facts is the grid: use the top-level num_facts list")
     nf = data.get("num_facts")
-    need(isinstance(nf, list) and nf and all(is_int(x) and x > 0 for x in nf)
+    need(isinstance(nf, list) and nf and all(is_count(x, 1) for x in nf)
          and len(set(nf)) == len(nf), where, "num_facts must be a list of distinct positive integers")
 
 
@@ -178,8 +178,8 @@ def _check_recipe(data: Mapping, where: str) -> None:
     lrs = lr if isinstance(lr, list) else [lr]
     need(lrs and all(is_num(x) and x > 0 for x in lrs), where, "lr must be a number or a list of numbers > 0")
     seeds = data.get("seeds")
-    need(isinstance(seeds, list) and seeds and all(is_int(s) and s >= 0 for s in seeds)
-         and len(set(seeds)) == len(seeds), where, "seeds must be a list of distinct integers >= 0")
+    need(isinstance(seeds, list) and seeds and all(is_int(s) and 0 <= s < 2 ** 32 for s in seeds)
+         and len(set(seeds)) == len(seeds), where, "seeds must be a list of distinct integers in [0, 2**32)")
     tol = (data.get("tolerance") or {}).get("accuracy", 0.02)
     need(is_num(tol) and 0 <= tol <= 1, where, "tolerance.accuracy must be in [0, 1]")
     need(isinstance(data.get("scoring") or {}, dict)
@@ -208,7 +208,9 @@ def load_suite(path: str | Path) -> Suite:
 # -- the folder layout ------------------------------------------------------------------
 
 def submission_files(suite_dir: str | Path) -> list[Path]:
+    """The suite's ``submissions/*.yaml`` (a symbolically linked folder is refused)."""
     d = Path(suite_dir) / SUBMISSIONS_DIR
+    need(not d.is_symlink(), str(d), "the submissions folder is a symbolic link; not accepted")
     if not d.is_dir():
         return []
     return sorted(p for p in d.iterdir() if p.suffix in (".yaml", ".yml"))

@@ -18,16 +18,20 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from recallbench.api.canonical import SECTIONS, config_hash
 from recallbench.api.errors import ConfigError
-from recallbench.leaderboard.checks import (check_keys, check_name, check_relative_path, is_int,
-                                            is_num, need)
+from recallbench.leaderboard.checks import (check_keys, check_name, check_relative_path, is_num,
+                                            need, short)
 from recallbench.leaderboard.points import (check_delta, first_mismatch, merge_config, point_key,
                                             shared_model_config)
-from recallbench.leaderboard.scoring import budget_scores, point_records, rounded, score_records
-from recallbench.leaderboard.submission import POINT_COUNTS, SUBMISSION_SCHEMA, content_sha256
+from recallbench.leaderboard.recompute import check_info_bits, check_library, check_state
+from recallbench.leaderboard.schema import (BUDGET, ENVIRONMENT, HEADER, MAX_TEXT, POINT,
+                                            check_fields, check_score)
+from recallbench.leaderboard.scoring import (budget_scores, point_records, rounded, score_records,
+                                             scoring_entry)
+from recallbench.leaderboard.submission import SUBMISSION_SCHEMA, content_sha256
 from recallbench.leaderboard.suite import SUBMISSIONS_DIR, SUITE_FILE, Suite, load_suite
 from recallbench.leaderboard.yaml_io import read_yaml_data
 
@@ -44,65 +48,76 @@ POINT_REQUIRED = {"num_facts", "lr", "seed", "config_hash", "correct", "total", 
 def find_suite_for(path: Path) -> Path:
     """The suite folder of a submission file: .../<suite>/submissions/<file>.yaml."""
     p = Path(os.path.abspath(path))
-    need(p.is_file(), str(path), "no such file")
+    need(p.exists() or p.is_symlink(), str(path), "no such file")
     need(p.parent.name == SUBMISSIONS_DIR and (p.parent.parent / SUITE_FILE).is_file(), str(path),
          f"submissions must live in <leaderboards>/<suite>/{SUBMISSIONS_DIR}/ next to the "
          f"suite's {SUITE_FILE}")
     return p.parent.parent
 
 
+def _hash_of(what: Callable[[], str], where: str) -> str:
+    """A content or config hash, or a one-line error naming the file (NaN, non-data)."""
+    try:
+        return what()
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def _check_header(sub: Any, suite: Suite, where: str) -> None:
-    """Fields, schema, content sha256, suite, recipe hash, artifact paths."""
+    """Fields, schema, content sha256, suite, recipe hash, scoring, environment, paths."""
     check_keys(sub, SUB_KEYS, SUB_KEYS - {"artifacts", "created"}, where)
+    check_fields(sub, HEADER, where)
     need(sub["schema"] == SUBMISSION_SCHEMA, where,
-         f"schema must be {SUBMISSION_SCHEMA!r} (got {sub['schema']!r})")
-    need(isinstance(sub["sha256"], str) and bool(re.fullmatch(r"[0-9a-f]{64}", sub["sha256"])),
-         where, "sha256 must be 64 hex digits")
-    got = content_sha256(sub)
+         f"schema must be {SUBMISSION_SCHEMA!r} (got {short(sub['schema'])})")
+    need(bool(re.fullmatch(r"[0-9a-f]{64}", sub["sha256"])), where, "sha256 must be 64 hex digits")
+    got = _hash_of(lambda: content_sha256(sub), where)
     need(got == sub["sha256"], where, f"content sha256 mismatch: the file says {sub['sha256'][:12]}…, "
          f"its content hashes to {got[:12]}… (edited after submit?)")
     check_name(sub["suite"], f"{where}: suite")
     need(sub["suite"] == suite.name, where, f"suite {sub['suite']!r} is not this folder's suite {suite.name!r}")
     need(sub["suite_recipe_sha256"] == suite.recipe_sha256(), where,
          "suite recipe changed since this submission was made (suite_recipe_sha256 differs): re-run it")
+    need(sub["scoring"] == scoring_entry(suite), where, "scoring differs from the suite's scoring settings")
+    check_keys(sub["environment"], set(ENVIRONMENT), set(ENVIRONMENT), f"{where}: environment")
+    check_fields(sub["environment"], ENVIRONMENT, f"{where}: environment")
     for i, a in enumerate(sub.get("artifacts") or []):
         check_relative_path(a, f"{where}: artifacts[{i}]")
 
 
-def _check_model(m: Any, where: str) -> None:
+def _check_model(sub: Mapping, where: str) -> None:
+    m = sub["model"]
     check_keys(m, MODEL_KEYS, {"name", "adapter", "config", "config_hash", "library"}, f"{where}: model")
     check_name(m["name"], f"{where}: model.name")
     check_name(m["adapter"], f"{where}: model.adapter")
     need(isinstance(m["config"], dict), where, "model.config must be a mapping")
-    need(config_hash({"model": m["config"]}) == m["config_hash"], where,
+    need(_hash_of(lambda: config_hash({"model": m["config"]}), where) == m["config_hash"], where,
          "model.config_hash does not match model.config")
     for k in ("description", "url"):
-        need(m.get(k) is None or isinstance(m.get(k), str), where, f"model.{k} must be text")
+        need(m.get(k) is None or (isinstance(m.get(k), str) and len(m[k]) <= MAX_TEXT), where,
+             f"model.{k} must be text of at most {MAX_TEXT} characters")
+    check_library(m, sub["environment"]["versions"], where)
 
 
 def _check_budget_names(sub: Mapping, suite: Suite, where: str) -> None:
-    need(isinstance(sub["budgets"], list), where, "budgets must be a list")
     names = [b.get("name") if isinstance(b, dict) else None for b in sub["budgets"]]
     want = [b["name"] for b in suite.budgets]
     need(sorted(map(str, names)) == sorted(want), where,
-         f"budgets {names} do not match the suite's {want}")
+         f"budgets {short(names)} do not match the suite's {short(want)}")
 
 
 def _check_budget(b: Mapping, model: Mapping, suite: Suite, bw: str) -> None:
-    """One budget: fields, sizes, its config against the model's, then its points."""
+    """One budget: fields, sizes (recomputed), its config against the model's, its points."""
     check_keys(b, BUDGET_KEYS, BUDGET_KEYS - {"state_note", "params"}, bw)
-    need(b["state_size"] is None or (is_int(b["state_size"]) and b["state_size"] > 0), bw,
-         "state_size must be a positive integer or null")
-    need(is_int(b["state_bits"]) and b["state_bits"] > 0, bw, "state_bits must be a positive integer")
+    check_fields(b, BUDGET, bw)
+    check_score(b["score"], bw)
     cfg = b["config"]
-    need(isinstance(cfg, dict) and set(cfg) == set(SECTIONS)
-         and all(isinstance(cfg[s], dict) for s in SECTIONS), bw,
+    need(set(cfg) == set(SECTIONS) and all(isinstance(cfg[s], dict) for s in SECTIONS), bw,
          f"config must be a mapping with sections {', '.join(SECTIONS)}")
     need(cfg["model"].get("adapter") == model["adapter"], bw,
-         f"config.model.adapter {cfg['model'].get('adapter')!r} is not model.adapter {model['adapter']!r}")
+         f"config.model.adapter {short(cfg['model'].get('adapter'))} is not model.adapter {model['adapter']!r}")
     need(shared_model_config(cfg["model"]) == model["config"], bw,
          "config.model differs from model.config (beyond the budget's sizes)")
-    need(isinstance(b["points"], list), bw, "points must be a list")
+    check_state(b, bw)
     want_pts = {point_key(p) for p in suite.points() if p["budget"] == b["name"]}
     seen: set[tuple] = set()
     for j, p in enumerate(b["points"]):
@@ -117,15 +132,13 @@ def _check_point(p: Any, b: Mapping, adapter: str, suite: Suite, pw: str, want_p
                  seen: set) -> None:
     """One point: on the grid and new (added to ``seen``), counts, hash, the suite's values."""
     check_keys(p, POINT_KEYS, POINT_REQUIRED, pw)
-    need(is_int(p["num_facts"]) and is_num(p["lr"]) and is_int(p["seed"]), pw,
-         "num_facts, lr, seed must be numbers")
+    check_fields(p, POINT, pw)
     key = (b["name"], p["num_facts"], float(p["lr"]), p["seed"])
     need(key in want_pts, pw, f"N_f={p['num_facts']} lr={p['lr']} seed={p['seed']} is not "
          f"a point of suite {suite.name}")
     need(key not in seen, pw, "duplicate point")
     seen.add(key)
-    need(all(is_int(p[k]) for k in POINT_COUNTS) and p["total"] > 0
-         and 0 <= p["correct"] <= p["correct_topk"] <= p["total"], pw,
+    need(p["correct"] <= p["correct_topk"] <= p["total"], pw,
          "counts must satisfy 0 <= correct <= correct_topk <= total, total > 0")
     delta = p.get("delta") or {}
     need(isinstance(delta, dict) and set(delta) <= set(SECTIONS)
@@ -133,12 +146,12 @@ def _check_point(p: Any, b: Mapping, adapter: str, suite: Suite, pw: str, want_p
          "delta must map sections to mappings")
     check_delta(delta, pw)
     full = merge_config(b["config"], delta)
-    need(config_hash(full) == p["config_hash"], pw,
+    need(_hash_of(lambda: config_hash(full), pw) == p["config_hash"], pw,
          "config_hash does not match the point's config (budget config + delta)")
     point = {"budget": b["name"], "num_facts": p["num_facts"], "lr": p["lr"], "seed": p["seed"]}
     bad = first_mismatch(full, suite.fixed_values(adapter, point))
     need(bad is None, pw, f"config does not follow the suite: {bad}")
-    need(is_num(p["info_bits"]) and p["info_bits"] > 0, pw, "info_bits must be > 0")
+    check_info_bits(p, full["task"], pw)
     if p.get("accuracy") is not None:
         need(abs(p["accuracy"] - p["correct"] / p["total"]) < 1e-5, pw,
              "accuracy does not equal correct/total")
@@ -157,35 +170,56 @@ def _check_fano(p: Mapping, b: Mapping, level: float, pw: str) -> None:
          "(Fano bound, Lem 4.5): a leak or a bug")
 
 
+def _same(a: Any, c: Any) -> bool:
+    """Stored and recomputed score values agree: both null, or numbers within 2%."""
+    if isinstance(a, list) or isinstance(c, list):
+        return (isinstance(a, list) and isinstance(c, list) and len(a) == len(c)
+                and all(_same(x, y) for x, y in zip(a, c)))
+    if a is None or c is None:
+        return a is None and c is None
+    return is_num(a) and is_num(c) and math.isclose(a, c, rel_tol=0.02, abs_tol=1e-6)
+
+
 def _check_scores(sub: Mapping, suite: Suite, where: str) -> None:
-    """Stored S_eff and capacity agree (2%) with the scorer's, recomputed from the counts."""
+    """Every stored score agrees (2%) with the scorer's, recomputed from the counts."""
     report = score_records(point_records(sub), suite)
     for b in sub["budgets"]:
         fresh = rounded(budget_scores(report, b["config"]["model"]))
-        stored = b["score"] or {}
         for view in ("mean", "best"):
-            for k in ("s_eff", "capacity"):
-                a, c = (stored.get(view) or {}).get(k), (fresh.get(view) or {}).get(k)
-                if a is None and c is None:
-                    continue
-                ok = (a is not None and c is not None and is_num(a) and is_num(c)
-                      and math.isclose(a, c, rel_tol=0.02, abs_tol=1e-6))
-                need(ok, f"{where}: budget {b['name']}", f"score.{view}.{k} = {a} does not match "
-                     f"the scorer's {c} recomputed from the counts")
+            stored, new = b["score"][view], fresh.get(view) or {}
+            for k in sorted(set(stored) | set(new)):
+                need(_same(stored.get(k), new.get(k)), f"{where}: budget {b['name']}",
+                     f"score.{view}.{k} = {short(stored.get(k))} does not match the scorer's "
+                     f"{short(new.get(k))} recomputed from the counts")
 
 
-def check_submission(sub: Any, suite: Suite, where: str, *, check_scores: bool = True) -> list[str]:
-    """Raise ConfigError on the first problem; returns notes (non-fatal remarks)."""
+def _check_all(sub: Any, suite: Suite, where: str, check_scores: bool) -> None:
     _check_header(sub, suite, where)
-    _check_model(sub["model"], where)
+    _check_model(sub, where)
     _check_budget_names(sub, suite, where)
     for b in sub["budgets"]:
         _check_budget(b, sub["model"], suite, f"{where}: budget {b['name']}")
-    need(isinstance(sub["impossible"], list) and not sub["impossible"], where,
+    need(not sub["impossible"], where,
          "flagged impossible by the scorer (beats the Fano bound): a leak or a bug")
     if check_scores:
         _check_scores(sub, suite, where)
-    if not sub["environment"].get("versions_consistent", True):
+
+
+def check_submission(sub: Any, suite: Suite, where: str, *, check_scores: bool = True) -> list[str]:
+    """Raise ConfigError on the first problem; returns notes (non-fatal remarks).
+
+    The checks above test every field's type before using it; a value they still missed
+    (a bug here, not in the file's favour) is refused in one line naming the file too.
+    """
+    try:
+        _check_all(sub, suite, where, check_scores)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError,
+            RecursionError) as exc:
+        raise ConfigError(f"{where}: malformed submission ({type(exc).__name__}: "
+                          f"{str(exc)[:120]})") from None
+    if not sub["environment"]["versions_consistent"]:
         return ["runs were made with different library versions"]
     return []
 
@@ -203,6 +237,8 @@ def validate_file(path: str | Path, suite_dir: str | Path | None = None, *,
         need(Path(os.path.abspath(path)).parent == sd / SUBMISSIONS_DIR, where,
              f"not inside {sd / SUBMISSIONS_DIR}")
     need(not path.is_symlink(), where, "symbolic links are not accepted as submissions")
+    need(not Path(os.path.abspath(path)).parent.is_symlink(), where,
+         "the submissions folder is a symbolic link; not accepted")
     suite = load_suite(suite_dir)
     sub = read_yaml_data(path, "submission")
     notes = check_submission(sub, suite, where, check_scores=check_scores)

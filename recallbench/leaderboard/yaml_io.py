@@ -1,8 +1,8 @@
 """Reading and writing leaderboard YAML as plain data, safely.
 
 Files are read with a size limit checked before parsing, with PyYAML's safe loader (no
-Python tags), refusing aliases (no billion-laughs expansion) and duplicate keys; every
-problem is one line naming the file.  Writing never emits aliases, so what we write the
+Python tags), refusing aliases (no billion-laughs expansion), duplicate keys and nesting
+deeper than :data:`MAX_DEPTH`; every problem is one line naming the file.  Writing never emits aliases, so what we write the
 reader accepts.
 """
 from __future__ import annotations
@@ -15,17 +15,27 @@ import yaml
 from recallbench.api.errors import ConfigError
 
 MAX_BYTES = 1 << 20  # 1 MiB: larger files are refused before parsing
+MAX_DEPTH = 32  # a submission nests 6 levels; deeper is refused while parsing
 
 
 class _SafeNoAliasLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing anchors/aliases (no billion-laughs expansion)."""
+    """PyYAML's safe loader, refusing anchors/aliases (no billion-laughs expansion) and
+    nesting deeper than MAX_DEPTH (no RecursionError from the recursive composer)."""
+
+    _depth = 0
 
     def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
             raise ConfigError(f"YAML aliases are not allowed in leaderboard files "
                               f"(line {event.start_mark.line + 1})")
-        return super().compose_node(parent, index)
+        if self._depth >= MAX_DEPTH:
+            raise ConfigError(f"nested deeper than {MAX_DEPTH} levels (line {event.start_mark.line + 1})")
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _duplicate_check(loader, node, deep=False):
@@ -76,6 +86,8 @@ def read_yaml_data(path: str | Path, what: str = "submission", limit: int = MAX_
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{what} {path}: not valid YAML{where}") from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4300 digits
+        raise ConfigError(f"{what} {path}: unreadable value ({str(exc).split(':')[0][:80]})") from None
 
 
 class _NoAliasDumper(yaml.SafeDumper):

@@ -1,0 +1,99 @@
+"""The types and bounds of a submission's descriptive fields.
+
+:mod:`recallbench.leaderboard.validate` checks what a submission claims (grid, hashes,
+counts, Fano bound); this module checks that every other field is the plain data it
+should be (text of bounded length, a count, a finite number, a flag) before anything
+reads it, so that a malformed file is one line naming the file and the field, never a
+traceback.  Counts are bounded by ``checks.MAX_COUNT`` (10**400 is refused, not
+overflowed).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from recallbench.leaderboard.checks import is_count, is_int, is_num, need
+
+MAX_TEXT = 500  # characters in one descriptive text field
+
+
+def _text(x) -> bool:
+    return isinstance(x, str) and len(x) <= MAX_TEXT
+
+
+def _opt(pred: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda x: x is None or pred(x)
+
+
+def _nonneg(x) -> bool:
+    return is_num(x) and x >= 0
+
+
+def _text_list(x) -> bool:
+    return isinstance(x, list) and len(x) <= 64 and all(_text(v) for v in x)
+
+
+# field -> (test, what it must be)
+TEXT = (_text, f"text of at most {MAX_TEXT} characters")
+OPT_TEXT = (_opt(_text), f"null or text of at most {MAX_TEXT} characters")
+OPT_COUNT = (_opt(is_count), "null or an integer count")
+OPT_SECONDS = (_opt(_nonneg), "null or a finite number >= 0")
+
+HEADER = {"schema": TEXT, "suite": TEXT, "suite_recipe_sha256": TEXT, "sha256": TEXT,
+          "created": OPT_TEXT, "artifacts": (_opt(_text_list), "a list of paths"),
+          "model": (lambda x: isinstance(x, dict), "a mapping"),
+          "budgets": (lambda x: isinstance(x, list) and x, "a non-empty list"),
+          "scoring": (lambda x: isinstance(x, dict), "a mapping"),
+          "impossible": (lambda x: isinstance(x, list), "a list"),
+          "environment": (lambda x: isinstance(x, dict), "a mapping")}
+ENVIRONMENT = {"versions": (lambda x: isinstance(x, dict) and len(x) <= 64
+                            and all(_text(k) and _text(v) for k, v in x.items()),
+                            "a mapping of names to version texts"),
+               "versions_consistent": (lambda x: isinstance(x, bool), "true or false"),
+               "devices": (_text_list, "a list of texts"),
+               "threads": (lambda x: isinstance(x, list) and all(is_count(t, 1) for t in x),
+                           "a list of thread counts"),
+               "python_platform": TEXT, "wall_s_total": OPT_SECONDS}
+BUDGET = {"state_note": OPT_TEXT, "params": OPT_COUNT,
+          "state_size": (_opt(lambda x: is_count(x, 1)), "null or a positive integer"),
+          "state_bits": (lambda x: is_int(x) and 1 <= x <= 64, "an integer in [1, 64]"),
+          "config": (lambda x: isinstance(x, dict), "a mapping"),
+          "points": (lambda x: isinstance(x, list), "a list"),
+          "score": (lambda x: isinstance(x, dict), "a mapping")}
+POINT = {"num_facts": (lambda x: is_count(x, 1), "a positive integer"),
+         "lr": (lambda x: is_num(x) and x > 0, "a finite number > 0"),
+         "seed": (lambda x: is_int(x) and 0 <= x < 2 ** 32, "an integer in [0, 2**32)"),
+         "config_hash": TEXT,
+         "correct": (is_count, "an integer count"), "correct_topk": (is_count, "an integer count"),
+         "total": (lambda x: is_count(x, 1), "an integer count >= 1"),
+         "accuracy": (_opt(lambda x: is_num(x) and 0 <= x <= 1), "null or a number in [0, 1]"),
+         "info_bits": (lambda x: is_num(x) and 0 < x <= 1e9, "a number in (0, 1e9]"),
+         "steps": OPT_COUNT, "best_step": OPT_COUNT,
+         "converged": (_opt(lambda x: isinstance(x, bool)), "null, true or false"),
+         "train_s": OPT_SECONDS, "wall_s": OPT_SECONDS}
+SCORE_VALUE = (_opt(is_num), "null or a finite number")
+SCORE_CI = (lambda x: isinstance(x, list) and len(x) == 2 and all(SCORE_VALUE[0](v) for v in x),
+            "a list of two numbers or nulls")
+
+
+def check_fields(obj: Mapping, spec: Mapping, where: str) -> None:
+    """Every key of ``spec`` that ``obj`` holds passes its test (presence is checked elsewhere)."""
+    for key, (test, what) in spec.items():
+        if key in obj:
+            need(test(obj[key]), f"{where}: {key}", f"must be {what}")
+
+
+def check_score(score: Mapping, where: str) -> None:
+    """A budget's score: views mean and best, each the scorer's numbers or an error text."""
+    from recallbench.leaderboard.scoring import SCORE_KEYS
+
+    need(set(score) == {"mean", "best"}, where, "score must hold exactly the views mean and best")
+    for view, entry in score.items():
+        vw = f"{where}: score.{view}"
+        need(isinstance(entry, dict), vw, "must be a mapping")
+        if "error" in entry:
+            need(set(entry) == {"error"} and _text(entry["error"]), vw, "an error entry holds one text")
+            continue
+        need(set(entry) == set(SCORE_KEYS), vw, f"must hold exactly {', '.join(SCORE_KEYS)}")
+        for k in SCORE_KEYS:
+            test, what = SCORE_CI if k == "s_eff_ci" else SCORE_VALUE
+            need(test(entry[k]), f"{vw}.{k}", f"must be {what}")
