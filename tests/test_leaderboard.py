@@ -249,10 +249,10 @@ def test_python_tag_is_rejected(tiny):
     raw = tiny["path"].read_text().replace("schema: recallbench.submission/1",
                                            "schema: !!python/object/apply:os.system ['echo pwned']")
     path = _write(tiny, "evil.yaml", None, raw=raw)
-    msg = _reject(path, "no Python tags")
+    msg = _reject(path, "only plain YAML data is allowed")
     assert "python/object" in msg
     path.write_text("a: !!python/object:recallbench.leaderboard.Suite {}\n")
-    _reject(path, "no Python tags")
+    _reject(path, "only plain YAML data is allowed")
 
 
 def test_aliases_malformed_and_non_mapping(tiny):
@@ -274,13 +274,13 @@ def test_oversized_submission_is_rejected_before_parsing(tiny, monkeypatch):
     path = tiny["suite_dir"] / "submissions" / "big.yaml"
     path.write_text("x: " + "a" * (lb.MAX_BYTES + 10) + "\n")
     parsed = []
-    real_load = yaml.load
+    real_init = yaml.SafeLoader.__init__
 
-    def spy(text, *a, **k):
-        parsed.append(text[:5])
-        return real_load(text, *a, **k)
+    def spy(self, stream):
+        parsed.append(stream[:5])
+        real_init(self, stream)
 
-    monkeypatch.setattr(yaml, "load", spy)
+    monkeypatch.setattr(yaml.SafeLoader, "__init__", spy)
     msg = _reject(path, "larger than the 1048576-byte limit")
     assert "x: aa" not in parsed and "bytes" in msg  # only the suite was parsed
 

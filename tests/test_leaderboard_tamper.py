@@ -133,7 +133,7 @@ CASES = {
                        "model.config_hash does not match"),
     "python-tag": (lambda: _text(lambda t: t.replace("schema: recallbench.submission/1",
                                                      "schema: !!python/object/apply:os.system ['true']")),
-                   "no Python tags"),
+                   "only plain YAML data is allowed"),
     "alias-bomb": (lambda: "a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n", "aliases are not allowed"),
     "binary": (lambda: b"\x89PNG\r\n\x1a\n\xff\xfe\x00" * 50, "not UTF-8 text"),
     "over-1-MiB": (lambda: "x: " + "a" * (lb.MAX_BYTES + 1) + "\n", "larger than the 1048576-byte limit"),
