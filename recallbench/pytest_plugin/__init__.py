@@ -29,10 +29,14 @@ This package must import fast (it loads in every pytest run of a project that ha
 recallbench installed): torch, Lightning and the registries load on the first measurement.
 This module is the ``pytest11`` entry point: the options, ``pytest_configure`` and the
 ``recall`` fixture.  The rest: :mod:`.markers` (config from marker keywords),
-:mod:`.factory` (the ``factory=`` adapter), :mod:`.session` (cache, measurements, report),
-:mod:`.baseline` (the baseline file), :mod:`.summary` (the terminal summary).
+:mod:`.factory` (the ``factory=`` adapter), :mod:`.session` (measurements and hooks),
+:mod:`.cache` (the cache across runs and workers), :mod:`.workers` (measurements from
+pytest-xdist workers to the controller), :mod:`.baseline` (the baseline file),
+:mod:`.output` (the files written at the end), :mod:`.summary` (the summary table).
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +61,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--recall-tolerance", type=float, default=0.02, metavar="TOL",
                     help="allowed drop in accuracy below the baseline (default 0.02; "
                          "a marker's tolerance= overrides it)")
+    group.addoption("--recall-cache", default=None, metavar="DIR",
+                    help="keep every recall measurement in DIR and reuse it in later runs "
+                         "while the config, the adapter's source and the library versions "
+                         "are unchanged (ini: recall_cache)")
+    group.addoption("--recall-cache-clear", action="store_true", default=False,
+                    help="empty the recall cache folder before the run")
+    parser.addini("recall_cache", "folder of the recall cache (as --recall-cache; relative "
+                  "to the ini file)", default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -80,7 +92,34 @@ def pytest_configure(config: pytest.Config) -> None:
             TrainConfig(device=opt.recall_device).validate()
         except ConfigError as exc:
             raise pytest.UsageError(f"--recall-device: {exc}") from None
-    config.pluginmanager.register(RecallSession(config), "recallbench-session")
+    cache_dir, cache_arg = _cache_folder(config)
+    config.pluginmanager.register(RecallSession(config, cache_dir, cache_arg),
+                                  "recallbench-session")
+
+
+def _cache_folder(config: pytest.Config) -> tuple[Path | None, str | None]:
+    """The cache folder (option, else ini), ready to use, and its name as given; emptied
+    first on --recall-cache-clear (by the controller only, under pytest-xdist)."""
+    from recallbench.pytest_plugin import cache
+
+    arg, base = config.option.recall_cache, Path(config.invocation_params.dir)
+    what = "--recall-cache"
+    if not arg and config.getini("recall_cache"):
+        arg, what = config.getini("recall_cache"), "ini recall_cache"
+        base = config.inipath.parent if config.inipath else config.rootpath
+    if not arg:
+        if config.option.recall_cache_clear:
+            raise pytest.UsageError("--recall-cache-clear needs --recall-cache DIR "
+                                    "(or recall_cache in the ini file)")
+        return None, None
+    folder = base / arg
+    try:
+        cache.prepare(folder, what)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if config.option.recall_cache_clear and not hasattr(config, "workerinput"):
+        cache.clear(folder)
+    return folder, arg
 
 
 def _session(config: pytest.Config) -> RecallSession:
@@ -95,7 +134,7 @@ def recall(request: pytest.FixtureRequest) -> RecallRunner:
     record (``recallbench.result/1``) with attribute access (``result.accuracy``,
     ``result.state_size``, ``result.correct``, ...) plus ``result.effective_state``
     (fitted S_eff, or None), ``result.cached`` and ``result.key`` (its baseline key).
-    Runs are cached per session by config hash; ``min_accuracy`` and the baseline are
-    checked inside the call and fail the test there.
+    A config trains once per session (and once across runs with ``--recall-cache``);
+    ``min_accuracy`` and the baseline are checked inside the call and fail the test there.
     """
     return _session(request.config).runner(request.node)

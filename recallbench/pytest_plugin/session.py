@@ -1,31 +1,37 @@
-"""One pytest session's recall measurements: the run cache, the checks, the report.
+"""One pytest session's recall measurements: the runs, the checks, the hooks.
 
 :class:`RecallSession` is registered as a pytest plugin object by ``pytest_configure``.
 A measurement builds the config from the test's markers and the call
-(:mod:`~recallbench.pytest_plugin.markers`), trains it once per config hash per session
-(:func:`recallbench.harness.train.run`), fits S_eff, and fails the test on
-``min_accuracy`` or against the baseline (:mod:`~recallbench.pytest_plugin.baseline`).
-At the end it writes the regenerated baseline and the JSON report
-(``recallbench.pytest-report/1``) and prints the summary
+(:mod:`~recallbench.pytest_plugin.markers`), takes its record from this session, from
+the cache folder (:mod:`~recallbench.pytest_plugin.cache`) or by training it
+(:func:`recallbench.harness.train.run`), fits S_eff, records JUnit properties, and fails
+the test on ``min_accuracy`` or against the baseline
+(:mod:`~recallbench.pytest_plugin.baseline`).  Measurements travel with the test reports
+(:mod:`~recallbench.pytest_plugin.workers`), so under pytest-xdist the controller gets
+them all; it writes the files (:mod:`~recallbench.pytest_plugin.output`) and the summary
 (:mod:`~recallbench.pytest_plugin.summary`).
 """
 from __future__ import annotations
 
 import json
-import os
+import shutil
+import tempfile
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from recallbench.api.canonical import plain
 from recallbench.api.errors import ConfigError, UnavailableError
-from recallbench.pytest_plugin import baseline
+from recallbench.pytest_plugin import baseline, output, workers
+from recallbench.pytest_plugin.cache import SESSION, TRAINED, RunCache, share_key
 from recallbench.pytest_plugin.markers import MARKER, build, layers
 from recallbench.pytest_plugin.summary import write_summary
 
-REPORT_SCHEMA = "recallbench.pytest-report/1"
+# what the controller hands each xdist worker: the session's id and its cache folder
+WORKERINPUT_KEY = "recallbench"
+JUNIT_PROPERTIES = ("accuracy", "state_size", "effective_state")
 
 
 class RecallResult(dict):
@@ -58,9 +64,7 @@ class RecallRunner:
 
     def __call__(self, **keys: Any) -> RecallResult:
         self.calls += 1
-        nodeid = self._item.nodeid
-        key = nodeid if self.calls == 1 else f"{nodeid}#{self.calls}"
-        return self._session.measure(self._item, key, keys)
+        return self._session.measure(self._item, self.calls, keys)
 
 
 _RUNNER = pytest.StashKey[RecallRunner]()
@@ -100,10 +104,24 @@ def _train(cfg) -> tuple[dict | None, str | None, str | None]:
         return None, None, str(exc)
 
 
-class RecallSession:
-    """Per-session state: options, the run cache, measurements, baseline, report."""
+def _share(cfg, factory) -> tuple[str | None, dict | None, str | None]:
+    """(share key, material, unavailable reason): nothing is looked up for a run that
+    cannot start here."""
+    from recallbench.api.registry import ADAPTERS
+    from recallbench.harness.train import pick_device
 
-    def __init__(self, config: pytest.Config):
+    try:
+        ADAPTERS.require(cfg.model.adapter)
+        pick_device(cfg.train.device)
+    except UnavailableError as exc:
+        return None, None, str(exc)
+    return (*share_key(cfg, factory), None)
+
+
+class RecallSession:
+    """Per-session state: options, the runs, the measurements, the files at the end."""
+
+    def __init__(self, config: pytest.Config, cache_dir: Path | None, cache_arg: str | None):
         opt = config.option
         here = Path(config.invocation_params.dir)
         self.budget = float(opt.recall_budget)
@@ -114,10 +132,17 @@ class RecallSession:
         self.baseline_path = here / opt.recall_baseline if opt.recall_baseline else None
         self.baseline_arg = opt.recall_baseline  # as the user wrote it, for messages
         self.baseline: dict[str, dict] = {}
-        self.regenerated: dict[str, dict] = {}
-        self.cache: dict = {}
-        self.runs = 0
-        self.measurements: list[dict] = []
+        self.is_worker = hasattr(config, "workerinput")
+        shared = getattr(config, "workerinput", {}).get(WORKERINPUT_KEY) or {}
+        self.session_id = shared.get("id") or uuid.uuid4().hex
+        self.cache_arg = cache_arg  # the cross-run cache, as the user named it
+        self._session_dir: Path | None = None  # the xdist workers' shared folder (controller)
+        folder = cache_dir or (Path(shared["dir"]) if shared.get("dir") else None)
+        self.cache = RunCache(folder, self.session_id) if folder is not None else None
+        self.memory: dict = {}  # (config hash, factory id) -> (record, fit, factory, share)
+        self.measurements: list[dict] = []  # every measurement, as the reports bring them
+        self._pending: dict[str, list[dict]] = {}  # measured here, not yet on a report
+        self._order: dict[str, int] = {}
         self.outcomes: dict[str, str] = {}
         self.written: list[str] = []
         if self.baseline_path is not None and self.baseline_path.exists():
@@ -143,14 +168,26 @@ class RecallSession:
             cfg.train.validate()
         return cfg, plugin
 
+    def _fetch(self, cfg, factory) -> tuple:
+        """(record, source, share key, config error, unavailable reason) of a new config."""
+        share, material, unavailable = _share(cfg, factory)
+        if unavailable is not None:
+            return None, None, None, None, unavailable
+        if self.cache is None or share is None:
+            record, error, unavailable = _train(cfg)
+            return record, TRAINED, share, error, unavailable
+        record, source, error, unavailable = self.cache.fetch(share, material,
+                                                              lambda: _train(cfg))
+        return record, source, share, error, unavailable
+
     def _run(self, cfg, factory, entry: dict) -> tuple:
-        """The cached (record, S_eff fit, factory) of a config, training it if new."""
-        cache_key = (cfg.hash(), id(factory) if factory is not None else None)
-        hit = self.cache.get(cache_key)
+        """The (record, S_eff fit) of a config: this process's, else fetched or trained."""
+        memory_key = (cfg.hash(), id(factory) if factory is not None else None)
+        hit = self.memory.get(memory_key)
         if hit is not None:
-            entry["cached"] = True
-            return hit
-        record, error, unavailable = _train(cfg)
+            entry["source"], entry["share"] = SESSION, hit[3]
+            return hit[:2]
+        record, source, share, error, unavailable = self._fetch(cfg, factory)
         # pytest.fail/skip are raised outside except blocks: no "during handling" chain
         if error is not None:
             entry["error"] = error
@@ -158,14 +195,17 @@ class RecallSession:
         if unavailable is not None:
             entry["error"], entry["skipped"] = unavailable, True
             pytest.skip(f"recall: {unavailable}")
-        self.runs += 1
-        hit = self.cache[cache_key] = (record, _effective_state(record), factory)
-        return hit
+        entry["source"], entry["share"] = source, share
+        hit = self.memory[memory_key] = (record, _effective_state(record), factory, share)
+        return hit[:2]
 
-    def measure(self, item: pytest.Item, key: str, keys: dict) -> RecallResult:
+    def measure(self, item: pytest.Item, call: int, keys: dict) -> RecallResult:
+        suffix = "" if call == 1 else f"#{call}"
+        key = item.nodeid + suffix
         entry: dict[str, Any] = {"key": key, "nodeid": item.nodeid, "record": None,
-                                 "cached": False, "problems": []}
-        self.measurements.append(entry)
+                                 "order": [self._order.get(item.nodeid, len(self._order)), call],
+                                 "source": None, "share": None, "problems": []}
+        self._pending.setdefault(item.nodeid, []).append(entry)
         error = None
         try:
             cfg, plugin = self._resolve(item, keys)
@@ -174,12 +214,15 @@ class RecallSession:
         if error is not None:
             entry["error"] = error
             pytest.fail(f"recall: {error}", pytrace=False)
-        record, (s_eff, s_ci, s_err), _ = self._run(cfg, plugin.get("factory"), entry)
+        record, (s_eff, s_ci, s_err) = self._run(cfg, plugin.get("factory"), entry)
         result = RecallResult(json.loads(json.dumps(record)))  # the cache keeps its own copy
-        result.key, result.cached = key, entry["cached"]
+        result.key, result.cached = key, entry["source"] != TRAINED
         result.effective_state, result.effective_state_ci = s_eff, s_ci
         entry.update(record=dict(result), effective_state=s_eff, effective_state_ci=s_ci,
                      effective_state_error=s_err, min_accuracy=plugin.get("min_accuracy"))
+        for name, value in zip(JUNIT_PROPERTIES, (record["accuracy"], record["state_size"], s_eff)):
+            if value is not None:
+                item.user_properties.append((name + suffix, value))
         problems = entry["problems"]
         min_acc = plugin.get("min_accuracy")
         if min_acc is not None and record["accuracy"] < min_acc:
@@ -200,7 +243,6 @@ class RecallSession:
         if self.baseline_path is None:
             return None
         if self.regen:
-            self.regenerated[key] = baseline.entry(record)
             return {"status": "regenerated", "accuracy": record["accuracy"], "tolerance": tol}
         path = self.baseline_arg
         return baseline.compare(
@@ -209,6 +251,18 @@ class RecallSession:
             problems=problems)
 
     # -- hooks --------------------------------------------------------------------
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._order = {item.nodeid: i for i, item in enumerate(session.items)}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        """pytest-xdist, on the controller: give each worker the session's id and the
+        folder its workers share (the cache folder, else a temporary one)."""
+        if self.cache is None:
+            self._session_dir = Path(tempfile.mkdtemp(prefix="recallbench-session-"))
+            self.cache = RunCache(self._session_dir, self.session_id)
+        node.workerinput[WORKERINPUT_KEY] = {"id": self.session_id, "dir": str(self.cache.root)}
+
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function):
         result = yield
@@ -218,7 +272,16 @@ class RecallSession:
                 runner()
         return result
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call):
+        report = yield
+        pending = self._pending.pop(item.nodeid, None)
+        if pending:
+            workers.attach(report, pending)
+        return report
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.measurements.extend(workers.received(report))
         if report.when == "call" or (report.when == "setup" and not report.passed):
             outcome = report.outcome
             if report.when == "setup" and report.failed:
@@ -226,44 +289,13 @@ class RecallSession:
             self.outcomes[report.nodeid] = outcome
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if hasattr(session.config, "workerinput"):  # pytest-xdist worker: nothing to write
+        if self.is_worker:  # pytest-xdist worker: the controller writes
             return
-        if self.regen and self.regenerated:
-            tests = {**self.baseline, **self.regenerated}
-            self._write(self.baseline_path, {"schema": baseline.BASELINE_SCHEMA, "tests": tests})
-        if self.report_path is not None:
-            self._write(self.report_path, self.report())
+        self.measurements = workers.settle(self.measurements)
+        output.write_all(self)
+        if self._session_dir is not None:
+            shutil.rmtree(self._session_dir, ignore_errors=True)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        if self.measurements:
+        if self.measurements and not self.is_worker:
             write_summary(terminalreporter, self)
-
-    def _write(self, path: Path, data: dict) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(plain(data), indent=2, sort_keys=True, allow_nan=False) + "\n")
-        os.replace(tmp, path)
-        self.written.append(str(path))
-
-    def report(self) -> dict:
-        tests = []
-        for m in self.measurements:
-            rec = m.get("record") or {}
-            tests.append({
-                "key": m["key"], "nodeid": m["nodeid"],
-                "outcome": self.outcomes.get(m["nodeid"]),
-                "error": m.get("error"), "problems": m["problems"], "cached": m["cached"],
-                "accuracy": rec.get("accuracy"), "correct": rec.get("correct"),
-                "total": rec.get("total"), "state_size": rec.get("state_size"),
-                "effective_state": m.get("effective_state"),
-                "effective_state_ci": m.get("effective_state_ci"),
-                "effective_state_error": m.get("effective_state_error"),
-                "min_accuracy": m.get("min_accuracy"), "baseline": m.get("baseline"),
-                "config_hash": rec.get("config_hash"), "record": m.get("record"),
-            })
-        return {"schema": REPORT_SCHEMA,
-                "options": {"budget": self.budget, "device": self.device,
-                            "tolerance": self.tolerance, "regen": self.regen,
-                            "baseline": str(self.baseline_path) if self.baseline_path else None},
-                "training_runs": self.runs, "measurements": len(self.measurements),
-                "tests": tests}

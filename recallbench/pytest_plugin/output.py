@@ -1,0 +1,78 @@
+"""What a recall session writes at its end (serial run or pytest-xdist controller).
+
+* the regenerated baseline (``--recall-regen``): the stored entries, the measured ones
+  replacing theirs (:mod:`~recallbench.pytest_plugin.baseline`);
+* the JSON report (``--recall-report``, schema ``recallbench.pytest-report/1``): every
+  measurement in collection order, with its record, S_eff, baseline status and
+  ``source`` (``trained``, ``session``: measured earlier in the session, ``cache``: read
+  from ``--recall-cache``);
+* the summary table as Markdown, appended to ``$GITHUB_STEP_SUMMARY`` when it is set.
+
+JSON is written sorted, to a temporary file moved into place, so a serial and a parallel
+run of the same tests write the same bytes apart from timings.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from recallbench.api.canonical import plain
+from recallbench.pytest_plugin import baseline
+from recallbench.pytest_plugin.cache import CACHE, TRAINED
+from recallbench.pytest_plugin.summary import markdown_summary
+from recallbench.pytest_plugin.workers import counts
+
+REPORT_SCHEMA = "recallbench.pytest-report/1"
+STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
+
+
+def write_all(session) -> None:
+    """Write the baseline, the report and the step summary a session asks for."""
+    regenerated = {m["key"]: baseline.entry(m["record"]) for m in session.measurements
+                   if (m.get("baseline") or {}).get("status") == "regenerated"}
+    if regenerated:
+        tests = {**session.baseline, **regenerated}
+        _write(session, session.baseline_path,
+               {"schema": baseline.BASELINE_SCHEMA, "tests": tests})
+    if session.report_path is not None:
+        _write(session, session.report_path, report(session))
+    step_summary = os.environ.get(STEP_SUMMARY)
+    if step_summary and session.measurements:
+        with open(step_summary, "a", encoding="utf-8") as f:
+            f.write(markdown_summary(session))
+
+
+def _write(session, path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(plain(data), indent=2, sort_keys=True, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+    session.written.append(str(path))
+
+
+def report(session) -> dict:
+    tests = []
+    for m in session.measurements:
+        rec = m.get("record") or {}
+        tests.append({
+            "key": m["key"], "nodeid": m["nodeid"],
+            "outcome": session.outcomes.get(m["nodeid"]),
+            "error": m.get("error"), "problems": m["problems"],
+            "cached": m.get("source") not in (TRAINED, None), "source": m.get("source"),
+            "accuracy": rec.get("accuracy"), "correct": rec.get("correct"),
+            "total": rec.get("total"), "state_size": rec.get("state_size"),
+            "effective_state": m.get("effective_state"),
+            "effective_state_ci": m.get("effective_state_ci"),
+            "effective_state_error": m.get("effective_state_error"),
+            "min_accuracy": m.get("min_accuracy"), "baseline": m.get("baseline"),
+            "config_hash": rec.get("config_hash"), "record": m.get("record"),
+        })
+    n = counts(session.measurements)
+    return {"schema": REPORT_SCHEMA,
+            "options": {"budget": session.budget, "device": session.device,
+                        "tolerance": session.tolerance, "regen": session.regen,
+                        "baseline": str(session.baseline_path) if session.baseline_path
+                        else None, "cache": session.cache_arg},
+            "training_runs": n[TRAINED], "from_cache": n[CACHE],
+            "measurements": len(session.measurements), "tests": tests}
