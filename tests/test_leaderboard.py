@@ -427,3 +427,61 @@ def test_committed_submission_is_valid(path):
 def test_committed_readme_is_not_stale(suite_dir):
     fresh, msgs = lb.render(suite_dir, check=True)
     assert fresh, "; ".join(msgs)
+
+
+# -- bad command-line input: one line naming the flag or file, exit 2 ---------------------
+
+def _forged_store(tiny, out: Path, **fields) -> Path:
+    """A copy of the tiny store in ``out`` with ``fields`` overwritten in every record."""
+    import json
+
+    out.mkdir()
+    lines = [json.loads(x) for x in (tiny["store"] / "results.jsonl").read_text().splitlines()]
+    (out / "results.jsonl").write_text("".join(json.dumps({**r, **fields}) + "\n" for r in lines))
+    return out
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--store", "{tmp}/bin.json"], "bin.json"),
+    (["--store", "{tmp}/missing"], "missing does not exist"),
+    (["--out", "{tmp}"], "--out"),
+    (["--out", "{tmp}/bin.json/x.yaml"], "is not a folder"),
+    (["--description", "x" * 600], "--description: 600 characters; at most 500"),
+    (["--model-name", "a/b"], "--model-name"),
+    (["--store", "{forged_state}"], "state_size 8, the adapter computes 256"),
+    (["--store", "{forged_counts}"], "correct"),
+])
+def test_submit_bad_input_is_one_line(tiny, tmp_path, cli, args, match):
+    (tmp_path / "bin.json").write_bytes(b"\xff\xfe\x00\x01" * 8)
+    subs = {"tmp": tmp_path, "forged_state": _forged_store(tiny, tmp_path / "a", state_size=8),
+            "forged_counts": _forged_store(tiny, tmp_path / "b", correct=10 ** 400)}
+    base = {"--suite": str(tiny["suite_dir"]), "--store": str(tiny["store"]), "--model-name": "m",
+            "--out": str(tmp_path / "m.yaml")}
+    base.update({k: v.format(**subs) for k, v in zip(args[::2], args[1::2])})
+    rc, _, err = cli("submit", *[x for kv in base.items() for x in kv])
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert match in err and len(err) < 8192
+    assert not (tmp_path / "m.yaml").exists()
+
+
+@pytest.mark.parametrize("args, match", [
+    (["run", "--adapter", "designed", "--set", "model.expand=nan"], "model.expand"),
+    (["run", "--adapter", "designed", "--limit", "0"], "--limit 0: must be >= 1"),
+    (["run", "--adapter", "no-such-adapter"], "unknown adapter 'no-such-adapter'"),
+    (["run", "--adapter", "designed", "--store", "{file}"], "not a directory"),
+    (["verify", "{sub}", "--sample", "0"], "--sample 0: must be >= 1"),
+    (["verify", "{sub}", "--seed", "-1"], "--seed -1: must be in [0, 2**32)"),
+    (["verify", "{suite}"], "verify takes one submission"),
+    (["validate", "{missing}"], "missing.yaml: no such file"),
+    (["render", "{missing}"], "missing.yaml: no suite.yaml found"),
+])
+def test_leaderboard_bad_input_is_one_line(tiny, tmp_path, cli, args, match):
+    subs = {"sub": tiny["path"], "suite": tiny["suite_dir"], "file": tiny["path"],
+            "missing": tmp_path / "missing.yaml"}
+    args = [a.format(**subs) for a in args]
+    if args[0] == "run":
+        args[1:1] = ["--suite", str(tiny["suite_dir"])]
+        args += [] if "--store" in args else ["--store", str(tiny["store"])]
+    rc, _, err = cli("leaderboard", *args)
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert match in err

@@ -54,7 +54,9 @@ def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Map
 
     ADAPTERS.require(adapter, where=f"suite {suite.name}")
     store = Path(store)
-    done = read_store(store).hashes("ok") if Path(store).exists() else set()
+    need(store.is_dir() or not (store.exists() or store.is_symlink()), f"--store {store}",
+         "exists and is not a directory")
+    done = read_store(store).hashes("ok") if store.exists() else set()
     todo = []
     for p in suite.points():
         cfg = resolve(suite.point_config(adapter, p, model_extra))
