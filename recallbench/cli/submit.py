@@ -73,6 +73,8 @@ def command(args) -> int:
     lb.check_name(args.model_name, "--model-name")
     _check_text(args)
     out = Path(args.out) if args.out else suite.dir / lb.SUBMISSIONS_DIR / f"{lb.slug(args.model_name)}.yaml"
+    if not args.out and out.parent.is_symlink():
+        raise ConfigError(f"{out.parent}: the submissions folder is a symbolic link; not accepted")
     _check_out(out, args.force)
     records = _load(args.store)
     sub = lb.build_submission(suite, records, args.model_name, adapter=args.adapter,

@@ -4,13 +4,17 @@
 :func:`check_submission` checks it, stopping at the first problem with a one-line
 :class:`ConfigError`:
 
-1. header: known fields, schema, the content sha256, the suite and its recipe hash, paths;
-2. model: names, and ``config_hash`` = hash of ``config``;
-3. each budget: sizes, one model config, and each point: on the suite's grid, counts
-   consistent, ``config_hash`` = hash of (budget config + delta), config following the
-   suite, and no accuracy beyond the Fano bound (Lem 4.5; docs/theory.md, 'The law');
-4. the scorer flagged nothing impossible, and (unless ``check_scores`` is off) the stored
-   S_eff and capacity agree with the scorer's, recomputed from the counts.
+1. header: known fields of the right types (``schema``), schema, the content sha256, the
+   suite and its recipe hash, scoring settings, environment, paths;
+2. model: names, ``config_hash`` = hash of ``config``, the library the adapter declares;
+3. each budget: sizes recomputed by the adapter (``recompute``), one model config, and
+   each point: on the suite's grid, counts consistent and bounded, ``config_hash`` = hash
+   of (budget config + delta), config following the suite, ``info_bits`` from the task,
+   and no accuracy beyond the Fano bound (Lem 4.5; docs/theory.md, 'The law');
+4. the scorer flagged nothing impossible, and (unless ``check_scores`` is off) every
+   stored score agrees with the scorer's, recomputed from the counts.
+
+A file is checked on its own here; ``board`` compares the files of a suite (duplicates).
 """
 from __future__ import annotations
 
@@ -217,8 +221,8 @@ def check_submission(sub: Any, suite: Suite, where: str, *, check_scores: bool =
         raise
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError,
             RecursionError) as exc:
-        raise ConfigError(f"{where}: malformed submission ({type(exc).__name__}: "
-                          f"{str(exc)[:120]})") from None
+        detail = " ".join(str(exc).split())[:120]
+        raise ConfigError(f"{where}: malformed submission ({type(exc).__name__}: {detail})") from None
     if not sub["environment"]["versions_consistent"]:
         return ["runs were made with different library versions"]
     return []
