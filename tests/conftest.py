@@ -66,3 +66,44 @@ def cli_subprocess(tmp_path):
 @pytest.fixture
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+#: set in this session's environment, so the Ray processes its tests start can be told apart
+SESSION_MARK = "RECALLBENCH_TEST_SESSION"
+
+
+def session_raylets() -> list[int]:
+    """Live raylets (``pgrep -f raylet``) started by this test session (they carry its mark)."""
+    import subprocess
+
+    try:
+        found = subprocess.run(["pgrep", "-f", "raylet"], capture_output=True, text=True,
+                               timeout=10).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    mark = f"{SESSION_MARK}={os.environ[SESSION_MARK]}".encode()
+    mine = []
+    for pid in map(int, found):
+        try:
+            if mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                mine.append(pid)
+        except OSError:  # gone already, or not ours to read
+            pass
+    return mine
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_ray_process_survives():
+    """No Ray instance or cluster node a test started outlives the session: checked at its
+    end (raylets stop a few seconds after ray.shutdown), and any left is killed and reported."""
+    import signal
+    import time
+
+    os.environ[SESSION_MARK] = str(os.getpid())
+    yield
+    deadline = time.monotonic() + 20
+    while (left := session_raylets()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"Ray processes outlived their tests: raylet pids {left}"

@@ -8,13 +8,17 @@ Schema ``recallbench.result/1`` (every key always present)::
     state_size (scalars per sequence; null when it grows with L), state_note,
     state_bits (bits per state scalar, from the dtype), info_bits (what the
     queries ask for: N_f · log2 V_v), params, steps, train_s, wall_s, threads,
-    seed, config (resolved), config_hash, versions, device
+    seed, config (resolved), config_hash, versions, device,
+    node (where it ran: ``{host, ray_node_id}``, the Ray node id null outside Ray;
+    null in a failed record whose worker was lost)
 
 Nothing in a record is executable; records are read back with ``json``.
 """
 from __future__ import annotations
 
 import platform
+import socket
+import sys
 from importlib import metadata
 from typing import Any
 
@@ -54,6 +58,16 @@ def device_name(device: torch.device) -> str:
     return f"cpu:{platform.machine()}"
 
 
+def node() -> dict[str, str | None]:
+    """Where this process runs: its host name and, inside a Ray worker (or a driver connected
+    to Ray), the Ray node id, which tells apart several nodes on one host."""
+    ray = sys.modules.get("ray")  # never imported just for this
+    ray_id = None
+    if ray is not None and ray.is_initialized():
+        ray_id = ray.get_runtime_context().get_node_id()
+    return {"host": socket.gethostname(), "ray_node_id": ray_id}
+
+
 def make_record(cfg, adapter, model, test: dict[str, Any], *, steps: int, train_s: float,
                 val_accuracy: float | None, best_step: int, device: torch.device) -> dict:
     early = cfg.train.early_stop
@@ -83,6 +97,7 @@ def make_record(cfg, adapter, model, test: dict[str, Any], *, steps: int, train_
         "config_hash": cfg.hash(),
         "versions": versions(adapter.distribution),
         "device": device_name(device),
+        "node": node(),
     }
 
 
@@ -90,4 +105,4 @@ def failed_record(cfg, error: str) -> dict:
     """The record of a run that raised or diverged: its config, and why."""
     return {"schema": SCHEMA, "status": "failed", "error": error, "seed": cfg.train.seed,
             "config": cfg.to_dict(), "config_hash": cfg.hash(),
-            "versions": versions(adapter_distribution(cfg.model.adapter))}
+            "versions": versions(adapter_distribution(cfg.model.adapter)), "node": node()}

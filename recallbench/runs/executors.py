@@ -145,7 +145,7 @@ class Processes:
 
 
 def make_executor(kind: str = "inprocess", *, workers: int | None = None, address: str | None = None,
-                  threads: int | None = None, ensemble: bool = False,
+                  threads: int | None = None, ensemble: bool = False, gpus: float | None = None,
                   notify: Callable[[str], None] | None = None):
     if kind not in EXECUTORS:
         raise ConfigError(f"--executor {kind!r} is not allowed: one of {', '.join(EXECUTORS)}")
@@ -159,4 +159,4 @@ def make_executor(kind: str = "inprocess", *, workers: int | None = None, addres
         return Processes(workers or os.cpu_count() or 1, threads or 1, ensemble, notify)
     from recallbench.runs.ray_executor import Ray
 
-    return Ray(address, workers, threads or 1, ensemble)
+    return Ray(address, workers, threads or 1, ensemble, gpus)

@@ -1,85 +1,108 @@
-"""The ``ray`` executor: a sweep's points as Ray tasks."""
+"""The ``ray`` executor: a sweep's work items as Ray tasks, on a cluster or a local instance.
+
+Which cluster, and its credentials: :mod:`recallbench.runs.ray_connect`.  Each task asks for
+``--threads-per-worker`` CPUs and ``--gpus-per-worker`` GPUs (fractions share one GPU:
+0.25 runs four points on it at once); before any work the cluster is checked to hold a node
+with that much, else one line says what it has.  Tasks are spread over the nodes.
+
+A task returns its records to the driver, which alone writes the store; each record names
+the node that ran it (:func:`recallbench.api.record.node`).  A task whose worker or node
+dies (a node stopped or lost mid-sweep) is retried by Ray up to :data:`RETRIES` times on the
+nodes left; after that, or when no live node can run it any more, its points are recorded as
+failed with the reason (``node`` null), and the next invocation reruns them.  A task that
+asks for a GPU on a worker where torch sees none fails its points with one line.
+"""
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Iterator
 
 from recallbench.api.errors import ConfigError, UnavailableError
+from recallbench.runs import ray_connect
 from recallbench.runs.worker import THREAD_ENV, reason, run_configs, set_threads
 
-
-#: seconds to wait for a TCP connection to ``--address`` before giving up
-CONNECT_TIMEOUT_S = 10.0
-
-
-def _check_reachable(address: str) -> None:
-    """Fail in one line, within :data:`CONNECT_TIMEOUT_S`, when nothing listens at a
-    ``host:port`` (or ``ray://host:port``) address; Ray itself can wait for minutes.
-    Other forms (``auto``, ``local``) are left to Ray."""
-    import socket
-
-    hostport = address[len("ray://"):] if address.startswith("ray://") else address
-    if ":" not in hostport or "://" in hostport:
-        return
-    host, port = hostport.rsplit(":", 1)
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"--address {address!r} is not allowed: need host:port with a port "
-                          f"in [1, 65535] (or auto)")
-    try:
-        socket.create_connection((host or "127.0.0.1", int(port)),
-                                 timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as exc:
-        raise UnavailableError(f"--address {address!r}: nothing answers there "
-                               f"({reason(exc)}); start the cluster (ray start --head) or "
-                               f"leave out --address to run on a local one") from None
+#: Ray's retries of a task whose worker process or node died (never of a point that failed)
+RETRIES = 2
+#: seconds between checks that some live node can still run the tasks left
+WAIT_S = 5.0
 
 
 class Ray:
     name = "ray"
 
     def __init__(self, address: str | None = None, workers: int | None = None, threads: int = 1,
-                 ensemble: bool = False):
+                 ensemble: bool = False, gpus: float | None = None):
+        if gpus is not None and not (0 < gpus <= 1 or (gpus > 1 and gpus == int(gpus))):
+            raise ConfigError(f"--gpus-per-worker {gpus:g} is not allowed: must be a fraction "
+                              f"in (0, 1] or a whole number of GPUs")
         try:
             import ray
         except ImportError as exc:
             raise UnavailableError(f"--executor ray needs the ray package "
                                    f"(pip install 'recallbench[ray]'): {exc}") from None
-        self.ray, self.threads, self.ensemble = ray, threads, ensemble
+        self.ray, self.threads, self.ensemble, self.gpus = ray, threads, ensemble, gpus or 0
         self._started = False
-        env = {"env_vars": {var: str(threads) for var in THREAD_ENV}}
         if not ray.is_initialized():
-            import logging
-
-            kwargs: dict[str, Any] = dict(runtime_env=env, log_to_driver=False,
-                                          logging_level=logging.WARNING)
-            if address:
-                _check_reachable(address)
-                try:
-                    ray.init(address=address, **kwargs)
-                except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
-                    raise UnavailableError(f"--address {address!r}: no Ray cluster could be "
-                                           f"reached there ({reason(exc)})") from None
-            else:
-                cpus = (workers or os.cpu_count() or 1) * threads
-                ray.init(num_cpus=cpus, include_dashboard=False, **kwargs)
+            target = ray_connect.target(address)
+            env = {"env_vars": {var: str(threads) for var in THREAD_ENV}}
+            ray_connect.connect(ray, target, (workers or os.cpu_count() or 1) * threads,
+                                runtime_env=env, log_to_driver=False,
+                                logging_level=logging.WARNING)
             self._started = True
-        total = ray.cluster_resources().get("CPU", 1)
-        self.parallel = max(1, int(total // threads))
-        self._remote = ray.remote(num_cpus=threads, max_retries=0)(_ray_task)
+            if not target.local:
+                self.name = f"ray@{target.hostport or target.init}"
+        try:
+            self.parallel = self._slots(self._nodes(), check=True)
+        except Exception:
+            self.close()
+            raise
+        self._remote = ray.remote(num_cpus=threads, num_gpus=self.gpus, max_retries=RETRIES,
+                                  scheduling_strategy="SPREAD")(_ray_task)
+
+    def _nodes(self) -> list[dict[str, float]]:
+        """The resources of each live node."""
+        return [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
+
+    def _slots(self, nodes: list[dict[str, float]], check: bool = False) -> int:
+        """Tasks the nodes can run at once; with ``check``, one line when none fits."""
+        def fits(have: float, need: float) -> int:
+            return int(have / need + 1e-9)
+
+        slots = [min(fits(r.get("CPU", 0), self.threads),
+                     fits(r.get("GPU", 0), self.gpus) if self.gpus else 1 << 30) for r in nodes]
+        if check and not any(slots):
+            cpus = max((r.get("CPU", 0) for r in nodes), default=0)
+            gpus = [r.get("GPU", 0) for r in nodes]
+            if self.gpus and max(gpus, default=0) < self.gpus:
+                raise UnavailableError(
+                    f"--gpus-per-worker {self.gpus:g}: the Ray cluster has {sum(gpus):g} GPUs, "
+                    f"at most {max(gpus, default=0):g} on one node; ask for at most that, or "
+                    f"leave out the flag to run on CPUs")
+            raise UnavailableError(f"--threads-per-worker {self.threads}: no node of the Ray "
+                                   f"cluster has that many CPUs (at most {cpus:g} on one node)")
+        return sum(slots)
 
     def run(self, items: list[list[dict]]) -> Iterator[tuple[int, Any]]:
         ray = self.ray
-        refs = {self._remote.remote(item, self.threads, self.ensemble): i
+        refs = {self._remote.remote(item, self.threads, self.ensemble, self.gpus): i
                 for i, item in enumerate(items)}
         try:
             while refs:
-                ready, _ = ray.wait(list(refs), num_returns=1)
+                ready, _ = ray.wait(list(refs), num_returns=1, timeout=WAIT_S)
+                if not ready and not self._slots(self._nodes()):
+                    why = "no live node of the Ray cluster can run this point any more"
+                    for ref in list(refs):
+                        ray.cancel(ref, force=True)
+                        i = refs.pop(ref)
+                        yield i, _failed(items[i], why, lost=True)
                 for ref in ready:
                     i = refs.pop(ref)
                     try:
-                        yield i, ray.get(ref)
-                    except Exception as exc:  # worker died, task error, ...
-                        yield i, RuntimeError(f"ray task failed: {reason(exc)}")
+                        result = ray.get(ref)
+                    except Exception as exc:  # its worker or node died RETRIES + 1 times, ...
+                        result = _failed(items[i], f"ray task failed: {reason(exc)}", lost=True)
+                    yield i, result
         finally:  # the cluster stays up for the next call until close()
             for ref in refs:
                 ray.cancel(ref, force=True)
@@ -90,6 +113,26 @@ class Ray:
             self._started = False
 
 
-def _ray_task(configs: list[dict], threads: int, ensemble: bool) -> list[dict]:
+def _failed(configs: list[dict], error: str, lost: bool = False) -> list[dict]:
+    """Failed records of a work item; ``lost``: no worker returned it, so ``node`` is null."""
+    from recallbench.api.config import resolve
+    from recallbench.api.record import failed_record
+
+    records = [failed_record(resolve(raw), error) for raw in configs]
+    return [{**r, "node": None} for r in records] if lost else records
+
+
+def _ray_task(configs: list[dict], threads: int, ensemble: bool, gpus: float) -> list[dict]:
     set_threads(threads)
+    if gpus:
+        import torch
+
+        if not torch.cuda.is_available():
+            import ray
+
+            return _failed(configs, (
+                f"--gpus-per-worker {gpus:g}: Ray gave this task GPU {ray.get_gpu_ids()} "
+                f"but torch {torch.__version__} sees no CUDA device on this node "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')!r})"))
     return run_configs(configs, threads, ensemble)
+
