@@ -6,7 +6,7 @@ import yaml
 
 from recallbench.law import scorer
 from recallbench.api.errors import ConfigError
-from recallbench.runs.store import Store, StoreWarning, merge_records, read_store
+from recallbench.runs.store import Store, StoreWarning, merge_records, read_lines, read_store
 
 BASE = {"task": {"name": "mqar", "vocab_size": 32, "seq_len": 16, "num_facts": 4},
         "model": {"adapter": "designed", "d_model": 8, "d_state": 4},
@@ -108,3 +108,36 @@ def test_merge_stores(cli, tmp_path, sweep_file):
     assert rc == 2 and "nope does not exist" in err
     rc, out, err = cli("sweep", "--merge", "a")
     assert rc == 2 and "--store" in err
+
+
+def test_merge_conflicts_are_found_before_anything_is_written(tmp_path):
+    from recallbench.runs.merge import MergeConflicts, merge_stores
+
+    with Store(tmp_path / "a") as st:
+        st.append(rec("h", accuracy=0.5, correct=8, total=16))
+    with Store(tmp_path / "b") as st:
+        st.append(rec("h", accuracy=0.25, correct=4, total=16))
+        st.append(rec("k"))
+    with pytest.raises(MergeConflicts) as info:
+        merge_stores([tmp_path / "a", tmp_path / "b"], tmp_path / "c")
+    assert not (tmp_path / "c").exists()
+    (conflict,) = info.value.conflicts
+    assert conflict.line() == (f"conflict: config h: {tmp_path}/a/results.jsonl:1 has accuracy "
+                               f"0.5000 (8/16), {tmp_path}/b/results.jsonl:1 has accuracy "
+                               f"0.2500 (4/16)")
+    counts = merge_stores([tmp_path / "a", tmp_path / "b"], tmp_path / "c", on_conflict="first")
+    assert counts["added"] == 2 and len(counts["conflicts"]) == 1
+    assert read_store(tmp_path / "c").by_hash["h"]["accuracy"] == 0.5
+
+
+def test_skipped_lines_are_reported_a_few_then_counted(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(b"\xff\n" * 8 + b"[1]\n" * 3 + json.dumps(rec("h")).encode() + b"\n")
+    notes = []
+    records, torn = read_lines(path, notes.append)
+    assert [r["config_hash"] for r in records] == ["h"] and torn == list(range(1, 9))
+    assert notes[:5] == [f"{path}:{n}: ignoring a torn line (an unfinished record from an "
+                         "interrupted write)" for n in range(1, 6)]
+    assert notes[5] == f"{path}: 3 more lines ignored"
+    assert notes[6:] == [f"{path}:{n}: ignoring an entry that is not a result record"
+                         for n in (9, 10, 11)]

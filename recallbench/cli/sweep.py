@@ -2,17 +2,18 @@
 
     recallbench sweep SWEEP.yaml --store DIR [--shard I/N] [--executor inprocess|processes|ray]
                       [--workers K] [--address ADDR] [--threads-per-worker T] [--ensemble K]
-                      [--dry-run] [--limit N] [--no-retry-failed]
+                      [--dry-run] [--limit N] [--no-retry-failed] [--max-points N]
     recallbench sweep SWEEP.yaml --store DIR --adaptive [--tol 0.1] [--max-runs 40]
                       [--stop interval|stable|either]
-    recallbench sweep --merge SRC [SRC ...] --store DST
+    recallbench sweep --merge SRC [SRC ...] --store DST [--on-conflict refuse|first]
 
 ``--adaptive`` runs a theory-guided search over the sweep's D × N cells instead of all of
 them (:mod:`recallbench.runs.adaptive_sweep`); its runs go through the store the same way.
 
 A rerun skips the points the store already holds as ok (failed ones are retried unless
 ``--no-retry-failed``).  Exit status: 0 when every point ran ok (or was done before), 1
-when some point failed (it is recorded with its reason), 2 for a user error (nothing run).
+when some point failed (it is recorded with its reason), 2 for a user error (nothing run),
+130 after Ctrl-C and 143 after SIGTERM (the workers are stopped; finished points are kept).
 """
 from __future__ import annotations
 

@@ -80,12 +80,13 @@ def _check_config(cfg: Any, where: str) -> None:
                 _bad(where, f"config.{section}.{key}", v, "an integer >= 1")
 
 
-def _read_jsonl(path: Path) -> list[tuple[str, Any]]:
-    """(place, value) of each JSON line; torn lines skipped with a warning, as a store's."""
+def _read_jsonl(path: Path, whole: bool = True) -> list[tuple[str, Any]]:
+    """(place, value) of each JSON line; torn lines skipped with a warning, as a store's.
+    A ``whole`` input file none of whose lines is JSON is not a JSON-lines file at all."""
     from recallbench.runs.store import scan_lines
 
     items, torn = scan_lines(path, _warn)
-    if torn and not items:
+    if whole and torn and not items:
         raise ConfigError(f"input {path}: not a JSON-lines file (no line of it is JSON; "
                           f"line {torn[0]} is not UTF-8 or not JSON)")
     return [(f"{path}:{n}", item) for n, item in items]
@@ -119,7 +120,7 @@ def _read_store(path: Path) -> list[tuple[str, Any]]:
     places: dict[int, str] = {}
     records = []
     for f in result_store.store_files(path):
-        for place, rec in _read_jsonl(f):
+        for place, rec in _read_jsonl(f, whole=False):
             if isinstance(rec, dict) and isinstance(rec.get("config_hash"), str):
                 places[id(rec)] = place
                 records.append(rec)
