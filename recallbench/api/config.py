@@ -1,24 +1,50 @@
 """The run configuration: three sections, ``task``, ``model``, ``train``.
 
 The key names are a contract shared by the CLI, sweeps, the pytest plugin and
-leaderboards.  A config is loaded from YAML (``yaml.safe_load``), overridden
-with ``--set section.key=value``, validated field by field, and hashed in its
-canonical form (sorted JSON of the fully resolved values), so the same run
-always has the same ``config_hash``.
+leaderboards.  A config is loaded from YAML (:mod:`recallbench.api.yaml_load`: bounded
+in size, depth and aliases), its sections checked, overridden with
+``--set section.key=value``, validated field by field, and hashed in its canonical form
+(sorted JSON of the fully resolved values), so the same run always has the same
+``config_hash``.
+
+:func:`resolve` checks everything it can before importing a plugin (and with it torch):
+the sections, every number finite, the model and training fields and their upper
+bounds (:data:`LIMITS`), the task's size fields; only then the task and the adapter.
+A bad config is rejected in a fraction of a second.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
 from recallbench.api.canonical import EXECUTION_KEYS, SECTIONS, config_hash, set_dotted
 from recallbench.api.errors import ConfigError
-from recallbench.api.fields import check_range, fail, from_mapping
+from recallbench.api.fields import check_finite, check_range, fail, from_mapping, is_number, short
+from recallbench.api.yaml_load import NotYAML, parse_yaml, read_mapping
 
 HEAD_PATTERNS = ("mha", "mqa", "mka", "mva")
+CPUS = os.cpu_count() or 1
+
+#: Upper bounds of the size fields (dotted key → largest value).  Past these no run fits
+#: a machine this benchmark targets; what fits this machine is then bounded by
+#: :func:`recallbench.harness.resources.check_memory`.  ``recallbench theory`` uses the
+#: same bounds for its flags.
+LIMITS: dict[str, int] = {
+    "task.vocab_size": 2**24, "task.seq_len": 2**20, "task.num_facts": 2**23,
+    "model.d_model": 2**16, "model.d_state": 2**16, "model.n_layers": 1024,
+    "model.d_conv": 1024, "model.n_heads": 4096, "model.expand": 64,
+    "train.max_steps": 10**9, "train.batch_size": 2**20, "train.val_size": 2**24,
+    "train.test_size": 2**24, "train.val_every": 10**9, "train.top_k": 2**24,
+    "train.seed": 2**32 - 1, "train.threads": CPUS,
+}
+
+
+def check_limit(field: str, value: float, lo: float | None = None, why: str = "") -> None:
+    """:func:`check_range` of ``field`` against ``lo`` and its upper bound in :data:`LIMITS`."""
+    check_range(field, value, lo, LIMITS.get(field), why)
 
 
 @dataclasses.dataclass
@@ -34,12 +60,8 @@ class ModelConfig:
     options: dict = dataclasses.field(default_factory=dict)  # adapter-specific extras
 
     def validate(self) -> None:
-        check_range("model.d_model", self.d_model, 1)
-        check_range("model.d_state", self.d_state, 1)
-        check_range("model.n_layers", self.n_layers, 1)
-        check_range("model.d_conv", self.d_conv, 1)
-        check_range("model.n_heads", self.n_heads, 1)
-        check_range("model.expand", self.expand, 1)
+        for name in ("d_model", "d_state", "n_layers", "d_conv", "n_heads", "expand"):
+            check_limit(f"model.{name}", getattr(self, name), 1)
         if self.head_pattern is not None and self.head_pattern not in HEAD_PATTERNS:
             fail("model.head_pattern", self.head_pattern, f"one of {', '.join(HEAD_PATTERNS)}")
 
@@ -66,22 +88,22 @@ class TrainConfig:
     progress: bool = True  # progress bar on a terminal
 
     def validate(self) -> None:
-        check_range("train.max_steps", self.max_steps, 0)
-        check_range("train.batch_size", self.batch_size, 1)
+        check_limit("train.max_steps", self.max_steps, 0)
+        check_limit("train.batch_size", self.batch_size, 1)
         if not self.lr > 0:
             fail("train.lr", self.lr, "must be > 0")
         check_range("train.weight_decay", self.weight_decay, 0.0)
-        check_range("train.seed", self.seed, 0)
+        check_limit("train.seed", self.seed, 0, "(seeds are 32-bit)")
         if self.early_stop is not None:
             check_range("train.early_stop", self.early_stop, 0.0, 1.0)
-        check_range("train.val_size", self.val_size, 1)
-        check_range("train.test_size", self.test_size, 1)
+        check_limit("train.val_size", self.val_size, 1)
+        check_limit("train.test_size", self.test_size, 1)
         if self.threads is not None:
-            check_range("train.threads", self.threads, 1)
+            check_limit("train.threads", self.threads, 1, "(the CPUs of this machine)")
         dev = self.device
         if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
             fail("train.device", dev, "one of auto, cpu, cuda, cuda:N")
-        check_range("train.val_every", self.val_every, 1)
+        check_limit("train.val_every", self.val_every, 1)
         check_range("train.warmup_frac", self.warmup_frac, 0.0, 1.0)
         check_range("train.decay_frac", self.decay_frac, 0.0, 1.0 - self.warmup_frac,
                     "(warmup_frac + decay_frac must not exceed 1)")
@@ -90,7 +112,7 @@ class TrainConfig:
         check_range("train.label_smoothing", self.label_smoothing, 0.0, 0.99)
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             fail("train.betas", self.betas, "two numbers in [0, 1)")
-        check_range("train.top_k", self.top_k, 1)
+        check_limit("train.top_k", self.top_k, 1)
 
 
 DEFAULT_TASK: dict[str, Any] = {"name": "mqar", "vocab_size": 128, "seq_len": 64, "num_facts": 16}
@@ -119,11 +141,12 @@ class RunConfig:
         return config_hash(self.to_dict())
 
 
-def parse_value(text: str) -> Any:
-    """A ``--set`` value, read as YAML: ``3`` → 3, ``1e-3`` → 0.001, ``null`` → None."""
+def parse_value(text: str, what: str = "--set value") -> Any:
+    """A ``--set`` value, read as YAML: ``3`` → 3, ``1e-3`` → 0.001, ``null`` → None; text
+    that is not YAML stays a string."""
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
+        value = parse_yaml(text, what)
+    except NotYAML:
         return text
     if isinstance(value, str):
         try:
@@ -133,60 +156,76 @@ def parse_value(text: str) -> Any:
     return value
 
 
+def check_sections(raw: Any, where: str = "config") -> dict[str, Any]:
+    """``raw`` as a dict of known sections, each a mapping or null; ConfigError otherwise."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} must be a mapping with sections {', '.join(SECTIONS)}")
+    for section, values in raw.items():
+        if section not in SECTIONS:
+            raise ConfigError(f"unknown config section {short(section)}; "
+                              f"allowed: {', '.join(SECTIONS)}")
+        if values is not None and not isinstance(values, Mapping):
+            raise ConfigError(f"config section {section} must be a mapping of keys to values, "
+                              f"not {short(values)}")
+    return dict(raw)
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``section.key=value`` strings (several may share one argument, space-separated)."""
-    raw = {s: dict(v or {}) for s, v in raw.items()}
+    raw = {s: dict(v or {}) for s, v in check_sections(raw).items()}
     for item in overrides:
         for pair in item.split():
             key, sep, text = pair.partition("=")
             parts = key.split(".")
             if not sep or len(parts) < 2 or not all(parts):
-                raise ConfigError(f"--set {pair!r}: expected section.key=value, e.g. model.d_state=8")
+                raise ConfigError(f"--set {short(pair)}: expected section.key=value, "
+                                  "e.g. model.d_state=8")
             if parts[0] not in SECTIONS:
-                raise ConfigError(f"--set {pair!r}: unknown section {parts[0]!r}; "
+                raise ConfigError(f"--set {short(pair)}: unknown section {short(parts[0])}; "
                                   f"allowed: {', '.join(SECTIONS)}")
-            set_dotted(raw, key, parse_value(text), what="--set")
+            set_dotted(raw, key, parse_value(text, f"--set {short(key)[1:-1]}"), what="--set")
     return raw
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"config {path} is not valid YAML{where}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config {path} must be a mapping with sections task, model, train")
-    return data
+    """A run config file: bounded YAML (:func:`~recallbench.api.yaml_load.read_mapping`)
+    whose sections are checked, before any override is applied to them."""
+    data = read_mapping(path, "config", must=f"a mapping with sections {', '.join(SECTIONS)}")
+    return check_sections(data, f"config {path}")
+
+
+def _check_task_sizes(task_raw: Mapping[str, Any]) -> None:
+    """The upper bounds of the task's contract keys, before its plugin (and torch) loads."""
+    for field, hi in LIMITS.items():
+        section, _, key = field.partition(".")
+        if section == "task" and is_number(task_raw.get(key)):
+            check_range(field, task_raw[key], hi=hi)
 
 
 def resolve(raw: Mapping[str, Any] | None = None) -> RunConfig:
-    """Validate a raw mapping (YAML + overrides) into a RunConfig; ConfigError if bad."""
-    from recallbench.api.registry import ADAPTERS, TASKS
+    """Validate a raw mapping (YAML + overrides) into a RunConfig; ConfigError if bad.
 
-    raw = dict(raw or {})
-    for section in raw:
-        if section not in SECTIONS:
-            raise ConfigError(f"unknown config section {section!r}; allowed: {', '.join(SECTIONS)}")
-        if raw[section] is not None and not isinstance(raw[section], Mapping):
-            raise ConfigError(f"config section {section} must be a mapping")
-    task_raw = dict(raw.get("task") or {})
-    if not task_raw:
-        task_raw = dict(DEFAULT_TASK)
+    The cheap checks (sections, finite numbers, model and training fields, the task's size
+    bounds) come first; the task and adapter plugins load only once they pass.
+    """
+    raw = check_sections(raw)
+    for section, values in raw.items():
+        check_finite(values, section)
+    model = from_mapping(ModelConfig, raw.get("model"), "model")
+    model.validate()
+    train = from_mapping(TrainConfig, raw.get("train"), "train")
+    train.validate()
+    task_raw = dict(raw.get("task") or DEFAULT_TASK)
+    _check_task_sizes(task_raw)
     name = task_raw.pop("name", "mqar")
     if not isinstance(name, str):
         fail("task.name", name, "a task name (see `recallbench list tasks`)")
-    task = TASKS.get(name).from_params(task_raw)
 
-    model = from_mapping(ModelConfig, raw.get("model"), "model")
-    model.validate()
+    from recallbench.api.registry import ADAPTERS, TASKS
+
+    task = TASKS.get(name).from_params(task_raw)
     ADAPTERS.get(model.adapter)(model)  # unknown adapter or option: one-line error
-    train = from_mapping(TrainConfig, raw.get("train"), "train")
-    train.validate()
+    check_range("train.top_k", train.top_k, 1, task.vocab_size, "(the vocabulary size)")
     return RunConfig(task, model, train)
