@@ -1,0 +1,1 @@
+"""tinyzoo: a one-layer model zoo, the smallest project that runs recall tests in CI."""
