@@ -10,8 +10,9 @@
 * ``version``: that distribution's installed version (None if it is not installed);
 * ``library`` / ``library_version``: the distribution the adapter declares runs its mixer
   (:attr:`recallbench.api.adapter.Adapter.distribution`), and its version;
-* ``source_sha256``: sha256 of the source file of the module that defines the adapter
-  class, so an edited layer is a different provenance even at the same version.
+* ``source_sha256``: sha256 over the source of the module that defines the adapter class
+  and of the modules of its own package that this module imports (its layer, usually),
+  so an edited layer is a different provenance even at the same version.
 
 :func:`source_sha256` hashes the module of any object (a task class, a factory function).
 """
@@ -39,14 +40,42 @@ def _version(distribution: str | None) -> str | None:
 
 
 def source_sha256(obj) -> str | None:
-    """sha256 of the source file of the module defining ``obj``; None if it has none
-    (a class made in ``__main__`` of an interactive session, a builtin)."""
-    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    """sha256 of the source file of ``obj`` if it is a module, else of the module defining
+    it; None if there is none (a class made in an interactive session, a builtin)."""
+    module = obj if inspect.ismodule(obj) else \
+        sys.modules.get(getattr(obj, "__module__", None) or "")
     try:
         path = inspect.getsourcefile(module) if module is not None else None
         return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
     except (OSError, TypeError):
         return None
+
+
+def _package_imports(module) -> list:
+    """The modules of ``module``'s own top-level package that it names at module level."""
+    top = module.__name__.split(".")[0]
+    found = {}
+    for value in vars(module).values():
+        if inspect.ismodule(value):
+            other = value
+        elif inspect.isclass(value) or inspect.isfunction(value):
+            other = sys.modules.get(getattr(value, "__module__", None) or "")
+        else:
+            continue
+        if other is not None and other is not module and other.__name__.split(".")[0] == top:
+            found[other.__name__] = other
+    return [found[name] for name in sorted(found)]
+
+
+def _code_sha256(cls) -> str | None:
+    """sha256 over the sources of the module defining ``cls`` and its package imports."""
+    module = sys.modules.get(cls.__module__)
+    own = source_sha256(cls)
+    if module is None or own is None:
+        return own
+    parts = [(module.__name__, own)]
+    parts += [(m.__name__, source_sha256(m)) for m in _package_imports(module)]
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
 def provenance(adapter_name: str) -> dict:
@@ -57,4 +86,4 @@ def provenance(adapter_name: str) -> dict:
     dist = CORE_DISTRIBUTION if origin == BUILT_IN else origin
     library = getattr(cls, "distribution", None)
     return {"distribution": dist, "version": _version(dist), "library": library,
-            "library_version": _version(library), "source_sha256": source_sha256(cls)}
+            "library_version": _version(library), "source_sha256": _code_sha256(cls)}
