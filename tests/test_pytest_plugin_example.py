@@ -75,7 +75,7 @@ def test_example_passes_its_workflow_command_and_the_second_run_trains_nothing(
         result.assert_outcomes(passed=3)
         assert "REGRESSED" not in result.stdout.str()
     result.stdout.fnmatch_lines([
-        "*tests/test_recall.py::test_full_state_recalls * cached * ok",
+        "*/test_recall.py::test_full_state_recalls * cached * ok",
         "0 training run(s) for 4 measurement(s); cache .recall-cache: 0 trained, "
         "4 from cache; baseline tests/recall-baseline.json*"])
     report = json.loads((pytester.path / "recall-report.json").read_text())
