@@ -278,6 +278,24 @@ def test_cache_options_are_validated(pytester):
     result.stderr.fnmatch_lines(["*--recall-cache *afile: not a folder"])
 
 
+def test_unwritable_report_fails_the_run_in_one_line(pytester, monkeypatch):
+    (pytester.path / "afile").write_text("")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "afile" / "summary.md"))
+    pytester.makepyfile(f"""
+        import pytest
+
+        @pytest.mark.recall({EXACT})
+        def test_exact(recall):
+            recall()
+    """)
+    result = pytester.runpytest("--recall-report", "afile/report.json")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["recall: cannot write */afile/report.json (*)",
+                                 "recall: cannot write $GITHUB_STEP_SUMMARY (*)"])
+    assert "Traceback" not in result.stdout.str()
+
+
 XDIST_SUITE = f"""
     import pytest
 

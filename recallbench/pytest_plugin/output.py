@@ -27,28 +27,41 @@ REPORT_SCHEMA = "recallbench.pytest-report/1"
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
 
-def write_all(session) -> None:
-    """Write the baseline, the report and the step summary a session asks for."""
+def write_all(session) -> bool:
+    """Write the baseline, the report and the step summary a session asks for; False if
+    the baseline or the report could not be written (the reason is in
+    ``session.unwritten``, for the summary)."""
+    ok = True
     regenerated = {m["key"]: baseline.entry(m["record"]) for m in session.measurements
                    if (m.get("baseline") or {}).get("status") == "regenerated"}
     if regenerated:
         tests = {**session.baseline, **regenerated}
-        _write(session, session.baseline_path,
-               {"schema": baseline.BASELINE_SCHEMA, "tests": tests})
+        ok &= _write(session, session.baseline_path,
+                     {"schema": baseline.BASELINE_SCHEMA, "tests": tests})
     if session.report_path is not None:
-        _write(session, session.report_path, report(session))
+        ok &= _write(session, session.report_path, report(session))
     step_summary = os.environ.get(STEP_SUMMARY)
     if step_summary and session.measurements:
-        with open(step_summary, "a", encoding="utf-8") as f:
-            f.write(markdown_summary(session))
+        try:
+            with open(step_summary, "a", encoding="utf-8") as f:
+                f.write(markdown_summary(session))
+        except OSError as exc:
+            session.unwritten.append(f"${STEP_SUMMARY} ({exc.strerror or exc})")
+    return ok
 
 
-def _write(session, path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(plain(data), indent=2, sort_keys=True, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+def _write(session, path: Path, data: dict) -> bool:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(plain(data), indent=2, sort_keys=True, allow_nan=False)
+                       + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        session.unwritten.append(f"{path} ({exc.strerror or exc})")
+        return False
     session.written.append(str(path))
+    return True
 
 
 def report(session) -> dict:

@@ -145,6 +145,7 @@ class RecallSession:
         self._order: dict[str, int] = {}
         self.outcomes: dict[str, str] = {}
         self.written: list[str] = []
+        self.unwritten: list[str] = []  # files that could not be written, with the reason
         if self.baseline_path is not None and self.baseline_path.exists():
             self.baseline = baseline.load(self.baseline_path)
 
@@ -292,7 +293,8 @@ class RecallSession:
         if self.is_worker:  # pytest-xdist worker: the controller writes
             return
         self.measurements = workers.settle(self.measurements)
-        output.write_all(self)
+        if not output.write_all(self) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self._session_dir is not None:
             shutil.rmtree(self._session_dir, ignore_errors=True)
 

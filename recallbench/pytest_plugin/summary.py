@@ -82,6 +82,8 @@ def write_summary(tr, session) -> None:
         is_baseline = session.baseline_path is not None and path == str(session.baseline_path)
         what = "baseline" if is_baseline else "report"
         tr.write_line(f"recall {what} written to {path}")
+    for what in session.unwritten:
+        tr.write_line(f"recall: cannot write {what}", red=True)
 
 
 def _cell(text: str) -> str:
