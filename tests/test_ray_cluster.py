@@ -284,6 +284,7 @@ def test_node_lost_mid_sweep_loses_and_doubles_nothing(lossy_cluster, tmp_path):
     print("after the loss:", [(r["status"], r["node"] and r["node"]["ray_node_id"][:8],
                                r["error"]) for r in records])
     assert rc == (1 if any(r["status"] == "failed" for r in records) else 0), err + out
+    assert "lagging heartbeats" not in out  # Ray's messages on the lost node: one line each
     for r in records:
         assert r["status"] == "ok" or ("\n" not in r["error"] and r["node"] is None)
     assert not c.nodes()[second]["alive"]
@@ -294,3 +295,106 @@ def test_node_lost_mid_sweep_loses_and_doubles_nothing(lossy_cluster, tmp_path):
     assert set(by_hash(r for r in final if r["status"] == "ok").values()) == {1}
     assert len(by_hash(final)) == 6 and len(final) == 6 + sum(r["status"] == "failed"
                                                               for r in records)
+
+
+# -- without a cluster ----------------------------------------------------------------------
+
+def test_gpu_flag_is_checked_before_anything_runs(cli, tmp_path):
+    path = sweep_file(tmp_path / "s.yaml", seeds=1)
+    for bad in ("1.5", "0", "-1", "inf", "nan"):
+        rc, out, err = cli("sweep", path, "--store", "st", "--executor", "ray",
+                           "--gpus-per-worker", bad)
+        assert rc == 2 and err.count("\n") == 1, err
+        assert (f"--gpus-per-worker {float(bad):g} is not allowed: must be a fraction in (0, 1] "
+                f"or a whole number of GPUs") in err
+    rc, out, err = cli("sweep", path, "--store", "st", "--executor", "processes",
+                       "--gpus-per-worker", "0.5")
+    assert rc == 2 and "--gpus-per-worker is for --executor ray" in err
+    assert not read_store(tmp_path / "st").records
+
+
+def test_which_cluster_an_address_names(monkeypatch):
+    from recallbench.api.errors import ConfigError
+    from recallbench.runs.ray_connect import target
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert target(None).local and target("local").local  # never a cluster found by chance
+    monkeypatch.setenv("RAY_ADDRESS", "10.1.2.3:6379")  # as in a job of ray job submit
+    t = target(None)
+    assert (t.init, t.hostport, t.shown) == ("10.1.2.3:6379", "10.1.2.3:6379",
+                                             "RAY_ADDRESS '10.1.2.3:6379'")
+    assert target("ray://head:10001").hostport is None  # Ray Client: nothing to probe
+    for bad in ("head:0", "head", "http://head:8265"):
+        with pytest.raises(ConfigError, match=r"need host:port with a port in \[1, 65535\]"):
+            target(bad)
+
+
+def test_records_name_their_node():
+    from recallbench.api.config import resolve
+    from recallbench.api.record import failed_record
+
+    rec = failed_record(resolve({"task": TASK, "model": {"adapter": "linear-mamba"}}), "x")
+    assert rec["node"] == {"host": socket.gethostname(), "ray_node_id": None}
+
+
+@pytest.mark.slow
+def test_a_port_that_is_no_ray_head_is_one_line(cli, tmp_path):
+    """Something listens, but not a GCS: one line within the connect timeout, not minutes."""
+    from recallbench.runs.ray_connect import CONNECT_TIMEOUT_S
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+
+    def hang_up():
+        while True:
+            try:
+                server.accept()[0].close()
+            except OSError:  # closed at the end of the test
+                return
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    try:
+        path = sweep_file(tmp_path / "s.yaml", seeds=1)
+        start = time.monotonic()
+        rc, out, err = cli("sweep", path, "--store", "st", "--executor", "ray",
+                           "--address", address)
+    finally:
+        server.close()
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"--address {address!r}: something listens there but no Ray head node's GCS" in err
+    assert time.monotonic() - start < CONNECT_TIMEOUT_S + 5
+
+
+def test_points_no_live_node_can_run_fail_in_one_line(monkeypatch):
+    """The only node with a GPU is lost: the tasks left would wait forever; they fail."""
+    import types
+
+    from recallbench.api.config import resolve
+    from recallbench.runs import ray_executor
+
+    cancelled = []
+
+    class LostGpuNode:
+        def wait(self, refs, num_returns, timeout):
+            return [], refs
+
+        def nodes(self):
+            return [{"Alive": True, "Resources": {"CPU": 4.0}},
+                    {"Alive": False, "Resources": {"CPU": 4.0, "GPU": 1.0}}]
+
+        def cancel(self, ref, force):
+            cancelled.append(ref)
+
+    monkeypatch.setattr(ray_executor, "WAIT_S", 0.0)
+    ex = object.__new__(ray_executor.Ray)
+    ex.ray, ex.threads, ex.gpus, ex.ensemble = LostGpuNode(), 1, 0.5, False
+    ex._remote = types.SimpleNamespace(remote=lambda *args: object())
+    cfg = resolve({"task": TASK, "model": {"adapter": "linear-mamba"}}).to_dict()
+    results = dict(ex.run([[cfg], [cfg]]))
+    assert sorted(results) == [0, 1] and len(cancelled) == 2
+    for records in results.values():
+        assert [r["status"] for r in records] == ["failed"] and records[0]["node"] is None
+        assert records[0]["error"] == ("no live node of the Ray cluster has the 1 CPUs and 0.5 "
+                                       "GPUs this point asks for any more (a node was lost)")

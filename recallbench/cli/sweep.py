@@ -2,6 +2,7 @@
 
     recallbench sweep SWEEP.yaml --store DIR [--shard I/N] [--executor inprocess|processes|ray]
                       [--workers K] [--address ADDR] [--threads-per-worker T] [--ensemble K]
+                      [--gpus-per-worker G]
                       [--dry-run] [--limit N] [--no-retry-failed] [--max-points N]
     recallbench sweep SWEEP.yaml --store DIR --adaptive [--tol 0.1] [--max-runs 40]
                       [--stop interval|stable|either]
@@ -50,7 +51,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where points run (default: inprocess)")
     p.add_argument("--workers", type=int, metavar="K",
                    help="worker processes (processes; default: CPU count) or local Ray CPUs / T")
-    p.add_argument("--address", help="Ray cluster address (default: start a local one)")
+    p.add_argument("--address", help="Ray cluster: host:port of its head (ray start --head "
+                   "--port), or auto for the one on this machine (default: RAY_ADDRESS if set, "
+                   "else a local instance of our own)")
+    p.add_argument("--gpus-per-worker", type=float, metavar="G",
+                   help="ray: GPUs per task; fractions share one GPU (0.25: four points on it)")
     p.add_argument("--threads-per-worker", type=int, metavar="T",
                    help="torch threads per worker (default 1 for processes and ray; "
                         "inprocess: the run's own choice)")
@@ -126,7 +131,7 @@ def command(args) -> int:
 
     executor = make_executor(args.executor, workers=args.workers, address=args.address,
                              threads=args.threads_per_worker, ensemble=bool(args.ensemble),
-                             notify=_notify)
+                             gpus=args.gpus_per_worker, notify=_notify)
     try:
         return _run(args, points, executor, shard, header)
     finally:
@@ -168,8 +173,9 @@ def _check_arguments(args) -> None:
         if value is not None and value < (0 if flag == "--limit" else 1):
             raise ConfigError(f"{flag} {value} is not allowed: must be >= "
                               f"{0 if flag == '--limit' else 1}")
-    if args.address and args.executor != "ray":
-        raise ConfigError("--address is for --executor ray")
+    for flag, value in (("--address", args.address), ("--gpus-per-worker", args.gpus_per_worker)):
+        if value is not None and args.executor != "ray":
+            raise ConfigError(f"{flag} is for --executor ray")
     if args.adaptive:
         if args.shard or args.limit is not None:
             raise ConfigError("--adaptive chooses its own runs: it does not combine with "

@@ -33,7 +33,7 @@ class Ray:
 
     def __init__(self, address: str | None = None, workers: int | None = None, threads: int = 1,
                  ensemble: bool = False, gpus: float | None = None):
-        if gpus is not None and not (0 < gpus <= 1 or (gpus > 1 and gpus == int(gpus))):
+        if gpus is not None and not (0 < gpus <= 1 or (gpus > 1 and gpus.is_integer())):
             raise ConfigError(f"--gpus-per-worker {gpus:g} is not allowed: must be a fraction "
                               f"in (0, 1] or a whole number of GPUs")
         try:
@@ -42,7 +42,7 @@ class Ray:
             raise UnavailableError(f"--executor ray needs the ray package "
                                    f"(pip install 'recallbench[ray]'): {exc}") from None
         self.ray, self.threads, self.ensemble, self.gpus = ray, threads, ensemble, gpus or 0
-        self._started = False
+        self._started, self._restore_printer = False, None
         if not ray.is_initialized():
             target = ray_connect.target(address)
             env = {"env_vars": {var: str(threads) for var in THREAD_ENV}}
@@ -50,6 +50,7 @@ class Ray:
                                 runtime_env=env, log_to_driver=False,
                                 logging_level=logging.WARNING)
             self._started = True
+            self._restore_printer = _one_line_cluster_messages()
             if not target.local:
                 self.name = f"ray@{target.hostport or target.init}"
         try:
@@ -91,7 +92,9 @@ class Ray:
             while refs:
                 ready, _ = ray.wait(list(refs), num_returns=1, timeout=WAIT_S)
                 if not ready and not self._slots(self._nodes()):
-                    why = "no live node of the Ray cluster can run this point any more"
+                    why = (f"no live node of the Ray cluster has the {self.threads} CPUs"
+                           + (f" and {self.gpus:g} GPUs" if self.gpus else "")
+                           + " this point asks for any more (a node was lost)")
                     for ref in list(refs):
                         ray.cancel(ref, force=True)
                         i = refs.pop(ref)
@@ -111,6 +114,30 @@ class Ray:
         if self._started:
             self.ray.shutdown()
             self._started = False
+        if self._restore_printer is not None:
+            self._restore_printer()
+            self._restore_printer = None
+
+
+def _one_line_cluster_messages():
+    """Ray prints the cluster's messages to the driver (a task retried because its node died,
+    a node marked dead), some over several lines: print the first line of each.  Returns
+    what undoes it (None if this Ray prints them some other way)."""
+    from ray._private import worker
+
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None:
+        return None
+
+    def first_lines(data, ignore_prefix):
+        if data.get("pid") == "raylet":
+            lines = [str(line).strip().splitlines()[0][:400] for line in data.get("lines", [])
+                     if str(line).strip()]
+            data = {**data, "lines": lines}
+        return original(data, ignore_prefix)
+
+    worker.print_to_stdstream = first_lines
+    return lambda: setattr(worker, "print_to_stdstream", original)
 
 
 def _failed(configs: list[dict], error: str, lost: bool = False) -> list[dict]:
