@@ -65,11 +65,13 @@ def plugin_words() -> set[str]:
     as plugin names: the law may say them)."""
     from recallbench.law import theory
 
-    words = set(TASKS.names()) | set(ADAPTERS.names())
-    for name in ADAPTERS.names():
-        dist = getattr(ADAPTERS.get(name), "distribution", None)
-        if dist:
-            words.add(dist)
+    def plugins(registry):  # the plugin packages' own (a test may have added others)
+        return {name: registry.get(name) for name in registry.names()
+                if registry.get(name).__module__.startswith(registry.builtin_package)}
+
+    tasks, adapters = plugins(TASKS), plugins(ADAPTERS)
+    words = set(tasks) | set(adapters)
+    words |= {cls.distribution for cls in adapters.values() if getattr(cls, "distribution", None)}
     return words - set(theory.TASK_FAMILIES) - set(theory.MODEL_KINDS)
 
 
