@@ -27,6 +27,7 @@ from recallbench.api.yaml_load import NotYAML, parse_yaml, read_mapping
 
 HEAD_PATTERNS = ("mha", "mqa", "mka", "mva")
 CPUS = os.cpu_count() or 1
+NAME_CHARS = 100  # no task or adapter name is longer
 
 #: Upper bounds of the size fields (dotted key → largest value).  Past these no run fits
 #: a machine this benchmark targets; what fits this machine is then bounded by
@@ -62,6 +63,8 @@ class ModelConfig:
     def validate(self) -> None:
         for name in ("d_model", "d_state", "n_layers", "d_conv", "n_heads", "expand"):
             check_limit(f"model.{name}", getattr(self, name), 1)
+        if len(self.adapter) > NAME_CHARS:
+            fail("model.adapter", self.adapter, "an adapter name (see `recallbench list adapters`)")
         if self.head_pattern is not None and self.head_pattern not in HEAD_PATTERNS:
             fail("model.head_pattern", self.head_pattern, f"one of {', '.join(HEAD_PATTERNS)}")
 
@@ -196,12 +199,18 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return check_sections(data, f"config {path}")
 
 
-def _check_task_sizes(task_raw: Mapping[str, Any]) -> None:
-    """The upper bounds of the task's contract keys, before its plugin (and torch) loads."""
+def _check_task_sizes(task_raw: Mapping[str, Any], train: TrainConfig) -> None:
+    """The upper bounds of the task's contract keys, and top_k against the vocabulary,
+    before the task's plugin (and torch) loads."""
     for field, hi in LIMITS.items():
         section, _, key = field.partition(".")
         if section == "task" and is_number(task_raw.get(key)):
             check_range(field, task_raw[key], hi=hi)
+    if is_number(task_raw.get("vocab_size")):
+        check_range("train.top_k", train.top_k, 1, task_raw["vocab_size"], "(the vocabulary size)")
+    name = task_raw.get("name", "mqar")
+    if not isinstance(name, str) or len(name) > NAME_CHARS:
+        fail("task.name", name, "a task name (see `recallbench list tasks`)")
 
 
 def resolve(raw: Mapping[str, Any] | None = None) -> RunConfig:
@@ -218,10 +227,8 @@ def resolve(raw: Mapping[str, Any] | None = None) -> RunConfig:
     train = from_mapping(TrainConfig, raw.get("train"), "train")
     train.validate()
     task_raw = dict(raw.get("task") or DEFAULT_TASK)
-    _check_task_sizes(task_raw)
+    _check_task_sizes(task_raw, train)
     name = task_raw.pop("name", "mqar")
-    if not isinstance(name, str):
-        fail("task.name", name, "a task name (see `recallbench list tasks`)")
 
     from recallbench.api.registry import ADAPTERS, TASKS
 

@@ -112,10 +112,10 @@ def _coerce(field: str, value: Any, hint: Any) -> Any:
 
 def from_mapping(cls: type, mapping: Mapping[str, Any] | None, section: str, **extra: Any):
     """``cls(**mapping)`` with unknown keys and wrong types reported by name."""
+    if mapping is not None and not isinstance(mapping, Mapping):
+        raise ConfigError(f"{section} must be a mapping of keys to values, not {short(mapping)}")
     mapping = dict(mapping or {})
     mapping.update(extra)
-    if not isinstance(mapping, Mapping):
-        raise ConfigError(f"{section} must be a mapping of keys to values")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs = {}
@@ -123,9 +123,9 @@ def from_mapping(cls: type, mapping: Mapping[str, Any] | None, section: str, **e
         if key not in fields:
             close = difflib.get_close_matches(str(key), fields, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(
-                f"unknown key {section}.{key}{hint}; allowed: {', '.join(sorted(fields))}"
-            )
+            name = key if isinstance(key, str) and len(key) <= ECHO_CHARS else short(key)
+            raise ConfigError(f"unknown key {section}.{name}{hint}; "
+                              f"allowed: {', '.join(sorted(fields))}")
         kwargs[key] = _coerce(f"{section}.{key}", value, hints[key])
     return cls(**kwargs)
 

@@ -5,6 +5,10 @@
 The record is plain JSON (schema ``recallbench.result/1``, see
 :func:`recallbench.api.record.make_record`): accuracy with its counts, state size,
 parameters, steps, wall time, the resolved config and its hash.
+
+Before anything is allocated, the run's memory is estimated and a run that would not
+fit is refused (:func:`recallbench.harness.resources.check_memory`, a ConfigError).  A
+run whose loss becomes NaN or infinite raises :class:`recallbench.harness.module.DivergedError`.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from recallbench.api.errors import UnavailableError
 from recallbench.harness.loop import asked
 from recallbench.harness.metrics import RecallAccuracy
 from recallbench.harness.model import RecallModel
+from recallbench.harness.resources import check_memory
 from recallbench.api.registry import ADAPTERS
 from recallbench.api.record import make_record
 
@@ -98,6 +103,7 @@ def run(config: RunConfig | Mapping[str, Any] | None = None, progress: bool | No
     cfg = config if isinstance(config, RunConfig) else resolve(config)
     adapter_cls = ADAPTERS.require(cfg.model.adapter)
     device = pick_device(cfg.train.device)
+    check_memory(cfg, str(device))
     threads = pick_threads(cfg) if device.type == "cpu" else torch.get_num_threads()
     show = cfg.train.progress if progress is None else progress
     start = time.perf_counter()
