@@ -19,9 +19,14 @@ import json
 import math
 
 from recallbench.api.canonical import plain
-from recallbench.api.config import DEFAULT_TASK
+from recallbench.api.config import DEFAULT_TASK, LIMITS
 from recallbench.api.errors import ConfigError
+from recallbench.api.fields import short
 from recallbench.law import declared, theory
+
+
+A_RANGE = (1e-6, 1e6)  # the noise coefficient a
+DELTA_MIN = 1e-12  # smaller failure probabilities round 1 - δ to 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +65,14 @@ def _need(value, flag: str, allowed: str):
 
 def _check(value, flag: str, ok: bool, allowed: str) -> None:
     if value is not None and not ok:
-        raise ConfigError(f"{flag} = {value!r} is not allowed: {allowed}")
+        raise ConfigError(f"{flag} = {short(value)} is not allowed: {allowed}")
+
+
+def _size(value, flag: str, field: str, lo: int = 1, extra: str = "") -> None:
+    """An integer flag in [lo, the run config's bound for ``field``] (:data:`LIMITS`)."""
+    hi = LIMITS[field]
+    _check(value, flag, value is None or lo <= value <= hi,
+           f"an integer in [{lo}, {hi}]{extra} (the bound of {field})")
 
 
 def _family(task: str) -> str:
@@ -75,11 +87,11 @@ def _family(task: str) -> str:
     return family
 
 
-def _validate(args) -> tuple[float, str | None, str]:
-    """Check every flag; return (a, model kind, task family)."""
-    family = _family(args.task)
+def _check_numbers(args) -> None:
+    """The flags that are plain numbers, checked before any plugin loads."""
     v = _need(args.vocab_size, "--vocab-size", "an even integer >= 4")
-    _check(v, "--vocab-size", v >= 4 and v % 2 == 0,
+    _size(v, "--vocab-size", "task.vocab_size", 4)
+    _check(v, "--vocab-size", v % 2 == 0,
            "an even integer >= 4 (keys and values take one half each, as in the tasks)")
     nf = _need(args.num_facts, "--num-facts", "an integer >= 1")
     _check(nf, "--num-facts", 1 <= nf <= v // 2 - 1,
@@ -87,9 +99,28 @@ def _validate(args) -> tuple[float, str | None, str]:
     if args.target is None:
         _need(args.d_model, "--d-model", "an integer >= 1 (or give --target)")
         _need(args.d_state, "--d-state", "an integer >= 1 (or give --target)")
-    _check(args.d_model, "--d-model", args.d_model is None or args.d_model >= 1, "an integer >= 1")
-    _check(args.d_state, "--d-state", args.d_state is None or args.d_state >= 1, "an integer >= 1")
-    _check(args.n_layers, "--n-layers", args.n_layers >= 1, "an integer >= 1")
+    _size(args.d_model, "--d-model", "model.d_model")
+    _size(args.d_state, "--d-state", "model.d_state")
+    _size(args.n_layers, "--n-layers", "model.n_layers")
+    _size(args.seq_len, "--seq-len", "task.seq_len")
+    _check(args.target, "--target", args.target is None or 0.0 < args.target < 1.0,
+           "a probability strictly between 0 and 1")
+    _check(args.top_k, "--top-k", 1 <= args.top_k <= v - 1, f"an integer in [1, V - 1 = {v - 1}]")
+    _check(args.state_bits, "--state-bits", 1 <= args.state_bits <= 64,
+           "an integer in [1, 64] (bits per state scalar)")
+    _check(args.delta, "--delta", DELTA_MIN <= args.delta < 1.0,
+           f"a probability in [{DELTA_MIN:g}, 1) (1 - δ must differ from 1 in floating point)")
+    if args.a is not None and args.model_kind is not None:
+        raise ConfigError("--a and --model-kind are exclusive: give one (a from the table, or your own)")
+    _check(args.a, "--a", args.a is None or A_RANGE[0] <= args.a <= A_RANGE[1],
+           f"a number in [{A_RANGE[0]:g}, {A_RANGE[1]:g}] (the paper's are ½ to 3)")
+
+
+def _validate(args) -> tuple[float, str | None, str]:
+    """Check every flag; return (a, model kind, task family)."""
+    _check_numbers(args)
+    family = _family(args.task)
+    nf = args.num_facts
     if args.seq_len is not None:
         if family == "ar":
             _check(args.seq_len, "--seq-len", args.seq_len == 2 * nf + 1,
@@ -97,15 +128,7 @@ def _validate(args) -> tuple[float, str | None, str]:
         else:
             _check(args.seq_len, "--seq-len", args.seq_len >= 4 * nf,
                    f"an integer >= 4·num_facts = {4 * nf}")
-    _check(args.target, "--target", args.target is None or 0.0 < args.target < 1.0,
-           "a probability strictly between 0 and 1")
-    _check(args.top_k, "--top-k", 1 <= args.top_k <= v - 1, f"an integer in [1, V - 1 = {v - 1}]")
-    _check(args.state_bits, "--state-bits", args.state_bits >= 1, "an integer >= 1")
-    _check(args.delta, "--delta", 0.0 < args.delta < 1.0, "a probability strictly between 0 and 1")
-    if args.a is not None and args.model_kind is not None:
-        raise ConfigError("--a and --model-kind are exclusive: give one (a from the table, or your own)")
     if args.a is not None:
-        _check(args.a, "--a", args.a > 0 and math.isfinite(args.a), "a number > 0")
         return float(args.a), None, family
     kind = args.model_kind or "linear"
     return theory.coefficient_a(kind, family), kind, family
