@@ -161,7 +161,8 @@ def test_adaptive_sweep_runs_through_the_store_and_resumes(cli, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("executor", ["processes", "ray"])
-def test_adaptive_sweep_on_worker_executors_matches_in_process(cli, tmp_path, executor):
+def test_adaptive_sweep_on_worker_executors_matches_in_process(cli, tmp_path, executor,
+                                                               monkeypatch):
     """Rounds on workers (the executor is called once a round): same cells, same a."""
     import json
 
@@ -169,6 +170,7 @@ def test_adaptive_sweep_on_worker_executors_matches_in_process(cli, tmp_path, ex
 
     if executor == "ray":
         pytest.importorskip("ray", reason="ray is not installed (pip install 'recallbench[ray]')")
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a local instance, whatever else runs
     sweep = {"base": {"task": {"name": "mqar", "vocab_size": 64, "seq_len": 32, "num_facts": 8},
                       "model": {"adapter": "designed"},
                       "train": {"test_size": 128, "val_size": 8, "progress": False}},

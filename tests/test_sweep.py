@@ -388,8 +388,9 @@ def test_processes_pool_is_kept_between_calls_until_close():
 
 
 @pytest.mark.slow
-def test_ray_executor(cli, tmp_path):
+def test_ray_executor(cli, tmp_path, monkeypatch):
     pytest.importorskip("ray", reason="ray is not installed (pip install 'recallbench[ray]')")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a local instance, whatever else runs
     path = write_sweep(tmp_path / "s.yaml", {"base": base(), "axes": {
         "model.d_state": [2, 4], "train.seed": [0, 1]}})
     rc, out, err = cli("sweep", path, "--store", "st", "--executor", "ray", "--workers", "2")
