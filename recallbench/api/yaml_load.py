@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from recallbench.api.errors import ConfigError
+from recallbench.api.fields import short
 
 MAX_BYTES = 1 << 20  # 1 MiB
 MAX_DEPTH = 50  # nested mappings/sequences
@@ -65,7 +66,7 @@ class _BoundedLoader(yaml.SafeLoader):
                     continue
                 key = self.construct_object(key_node, deep=deep)
                 if isinstance(key, (str, int, float)) and key in seen:
-                    raise ConfigError(f"duplicate key {_short(key)} "
+                    raise ConfigError(f"duplicate key {short(key)} "
                                       f"(line {key_node.start_mark.line + 1})")
                 if isinstance(key, (str, int, float)):
                     seen.add(key)
@@ -74,12 +75,6 @@ class _BoundedLoader(yaml.SafeLoader):
 
 class _NoAliasLoader(_BoundedLoader):
     allow_aliases = False
-
-
-def _short(value: Any) -> str:
-    from recallbench.api.fields import short
-
-    return short(value)
 
 
 def _expanded_size(root: yaml.Node) -> tuple[int, int]:
@@ -164,9 +159,9 @@ def parse_yaml(text: str, what: str, *, aliases: bool = True) -> Any:
         problem = (getattr(exc, "problem", "") or "unsupported tag").strip()
         mark = exc.problem_mark
         raise ConfigError(f"{what}: rejected at line {mark.line + 1 if mark else '?'}: "
-                          f"{_short(problem)[1:-1]} (only plain YAML data is allowed)") from None
+                          f"{short(problem)[1:-1]} (only plain YAML data is allowed)") from None
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise ConfigError(f"{what}: unreadable value ({_short(str(exc).split(':')[0])[1:-1]})") from None
+        raise ConfigError(f"{what}: unreadable value ({short(str(exc).split(':')[0])[1:-1]})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
