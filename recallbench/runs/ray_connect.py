@@ -61,8 +61,10 @@ def target(address: str | None) -> Target:
     if address == "local":
         return Target("local", "a local Ray instance")
     if address == "auto":
-        from ray._private.services import canonicalize_bootstrap_address
-
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
+        except ImportError:  # another Ray than this was written for: ray.init looks itself
+            return Target("auto", "--address auto")
         try:
             found = canonicalize_bootstrap_address("auto")
         except (ConnectionError, ValueError):
@@ -84,8 +86,8 @@ def target(address: str | None) -> Target:
 def check(t: Target) -> None:
     """Fail in one line, within :data:`CONNECT_TIMEOUT_S`, when nothing answers at the target
     or its GCS refuses our credentials; Ray itself can wait for minutes."""
-    if t.local:
-        return
+    if t.local or not (t.hostport or t.init.startswith("ray://")):
+        return  # nothing to check before ray.init
     hostport = t.hostport or t.init[len("ray://"):]
     host, port = hostport.rsplit(":", 1)
     try:
