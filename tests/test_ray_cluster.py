@@ -8,6 +8,7 @@ happened (conftest.py checks that no raylet of this session survives it).
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -120,6 +121,7 @@ class Cluster:
                 self.kill(name)
             assert time.monotonic() < deadline, "a node's processes would not die"
             time.sleep(0.2)
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def sweep(self, cwd: Path, *args: str, env: dict | None = None, timeout: float = 300):
         """``recallbench sweep ARGS`` as a driver process: (returncode, stdout, stderr)."""
