@@ -123,10 +123,10 @@ class Cluster:
             time.sleep(0.2)
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def sweep(self, cwd: Path, *args: str, env: dict | None = None, timeout: float = 300):
+    def sweep(self, cwd: Path, *args: str, timeout: float = 300):
         """``recallbench sweep ARGS`` as a driver process: (returncode, stdout, stderr)."""
         proc = subprocess.run([sys.executable, "-m", "recallbench.cli.main", "sweep", *args],
-                              cwd=cwd, env=env or self.env, capture_output=True, text=True,
+                              cwd=cwd, env=self.env, capture_output=True, text=True,
                               timeout=timeout)
         return proc.returncode, proc.stdout, proc.stderr
 
