@@ -123,10 +123,12 @@ class Cluster:
             time.sleep(0.2)
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def sweep(self, cwd: Path, *args: str, timeout: float = 300):
-        """``recallbench sweep ARGS`` as a driver process: (returncode, stdout, stderr)."""
+    def sweep(self, cwd: Path, *args: str, timeout: float = 300, drop: tuple[str, ...] = ()):
+        """``recallbench sweep ARGS`` as a driver process: (returncode, stdout, stderr);
+        ``drop``: variables of :attr:`env` the driver does not get."""
+        env = {k: v for k, v in self.env.items() if k not in drop}
         proc = subprocess.run([sys.executable, "-m", "recallbench.cli.main", "sweep", *args],
-                              cwd=cwd, env=self.env, capture_output=True, text=True,
+                              cwd=cwd, env=env, capture_output=True, text=True,
                               timeout=timeout)
         return proc.returncode, proc.stdout, proc.stderr
 
@@ -211,6 +213,19 @@ def test_without_address_a_local_instance_runs_beside_the_cluster(cluster, tmp_p
     records = read_store(tmp_path / "st").records
     assert len(records) == 2 and all(r["status"] == "ok" for r in records)
     assert not {r["node"]["ray_node_id"] for r in records} & set(cluster.nodes())
+
+
+@pytest.mark.slow
+def test_a_driver_without_token_mode_uses_the_token_ray_keeps(cluster, tmp_path):
+    """The issue's case: the cluster asks for a token, the driver set no RAY_AUTH_MODE, and
+    the token is where Ray keeps it: the sweep runs in token mode and says so once."""
+    path = sweep_file(tmp_path / "s.yaml", seeds=2)
+    rc, out, err = cluster.sweep(tmp_path, path, "--store", "st", "--executor", "ray",
+                                 "--address", cluster.address, drop=("RAY_AUTH_MODE",))
+    assert rc == 0, err + out
+    assert err.count("the cluster asks for a token; using the one in") == 1
+    records = raw_records(tmp_path / "st")
+    assert len(records) == 2 and all(r["status"] == "ok" for r in records)
 
 
 @pytest.mark.slow

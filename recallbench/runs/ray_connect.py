@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import sys
 from pathlib import Path
 
 from recallbench.api.errors import ConfigError, UnavailableError
@@ -125,20 +126,11 @@ except Exception as exc:
 """
 
 
-def _check_credentials(t: Target) -> None:
-    """Connect to the GCS once with the credentials ``ray.init`` will use, in a separate
-    process bounded by :data:`CONNECT_TIMEOUT_S`."""
+def _probe(t: Target, env: dict) -> str | None:
+    """None if the GCS at ``t`` takes these credentials, else the probe's one-line answer."""
     import subprocess
     import sys
 
-    env = dict(os.environ)
-    mode = env.get("RAY_AUTH_MODE", "").strip().lower()
-    token, source = _token()
-    if not mode and t.init == "auto" and token is not None:
-        env["RAY_AUTH_MODE"] = mode = "token"  # what ray.init("auto") does
-    if mode == "token" and token is None:
-        raise UnavailableError(f"{t.shown}: RAY_AUTH_MODE=token but no token found: put "
-                               f"{TOKEN_HELP}")
     try:
         probe = subprocess.run([sys.executable, "-c", PROBE, t.hostport], env=env, text=True,
                                capture_output=True, timeout=CONNECT_TIMEOUT_S)
@@ -147,10 +139,51 @@ def _check_credentials(t: Target) -> None:
                                f"GCS answered within {CONNECT_TIMEOUT_S:g} s; give the port of "
                                f"ray start --head --port (default 6379)") from None
     if probe.returncode == 0:
+        return None
+    return (probe.stdout.strip().splitlines() or [f"exit status {probe.returncode}"])[-1]
+
+
+def _enter_token_mode() -> None:
+    """Put this driver in token mode: the variable ``ray.init`` reads and, where Ray has
+    already loaded its config (importing ray does), that config re-read (private API, as
+    Ray's own tests switch modes; skipped on a Ray without it)."""
+    os.environ["RAY_AUTH_MODE"] = "token"
+    try:
+        from ray._raylet import AuthenticationTokenLoader, Config
+    except ImportError:
         return
-    said = (probe.stdout.strip().splitlines() or [f"exit status {probe.returncode}"])[-1]
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+def _check_credentials(t: Target) -> None:
+    """Connect to the GCS once with the credentials ``ray.init`` will use, in a separate
+    process bounded by :data:`CONNECT_TIMEOUT_S`.
+
+    A cluster that asks for a token while the driver set no ``RAY_AUTH_MODE`` is joined
+    with the token Ray keeps on this machine (``~/.ray/auth_token``, where ``ray start``
+    writes it), if there is one and the cluster takes it: the driver then runs in token
+    mode, and says so in one line.
+    """
+    env = dict(os.environ)
+    mode = env.get("RAY_AUTH_MODE", "").strip().lower()
+    token, source = _token()
+    if not mode and t.init == "auto" and token is not None:
+        env["RAY_AUTH_MODE"] = mode = "token"  # what ray.init("auto") does
+    if mode == "token" and token is None:
+        raise UnavailableError(f"{t.shown}: RAY_AUTH_MODE=token but no token found: put "
+                               f"{TOKEN_HELP}")
+    said = _probe(t, env)
+    if said is None:
+        return
     if said.startswith("ModuleNotFoundError") or said.startswith("ImportError"):
         return  # another Ray than the one this probe was written for: let ray.init try
+    if said.startswith("AuthenticationError") and not mode and token is not None \
+            and _probe(t, {**env, "RAY_AUTH_MODE": "token"}) is None:
+        _enter_token_mode()
+        print(f"recallbench: {t.shown}: the cluster asks for a token; using the one in "
+              f"{source} (RAY_AUTH_MODE=token)", file=sys.stderr)
+        return
     if said.startswith("AuthenticationError") and mode == "token":
         raise UnavailableError(f"{t.shown}: the Ray cluster there refused the token from "
                                f"{source}; use the token of that cluster (ray get-auth-token "
