@@ -73,6 +73,7 @@ def test_third_party_task_through_entry_point(plugin_dist, cli_subprocess):
     assert "copy-first" in out and "accuracy" in out
 
 
+@pytest.mark.slow
 def test_broken_plugin_does_not_break_import(plugin_dist):
     plugin_dist({"recallbench.adapters": [("bad", "rb_bad_adapter:X")]},
                 {"rb_bad_adapter": "raise RuntimeError('boom at import')"})

@@ -195,6 +195,7 @@ def test_write_report(tmp_path, report):
         assert path.split("/")[-1] in md
 
 
+@pytest.mark.slow
 def test_drawing_leaves_the_users_matplotlib_backend_alone(tmp_path, report):
     """A notebook's backend must survive a report: figures are drawn without pyplot."""
     import os
