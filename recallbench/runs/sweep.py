@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from recallbench.api.canonical import config_hash, set_dotted
-from recallbench.api.config import SECTIONS, RunConfig, resolve
+from recallbench.api.config import SECTIONS, RunConfig, check_sections, resolve
 from recallbench.api.errors import ConfigError
 from recallbench.api.fields import short
 from recallbench.api.yaml_load import read_mapping
@@ -255,13 +255,11 @@ def _count(n: int) -> str:
 def _parse_base(base: Any, name: str) -> dict[str, dict]:
     if not isinstance(base, Mapping):
         raise ConfigError(f"sweep {name}: base must be a run config (sections task, model, train)")
-    for section, values in base.items():
-        if section not in SECTIONS:
-            raise ConfigError(f"sweep {name}: base: unknown section {short(section)}; "
-                              f"allowed: {', '.join(SECTIONS)}")
-        if values is not None and not isinstance(values, Mapping):
-            raise ConfigError(f"sweep {name}: base.{section} must be a mapping")
-    return {s: dict(v or {}) for s, v in base.items()}
+    try:
+        sections = check_sections(base)  # the run config's own rule
+    except ConfigError as exc:
+        raise ConfigError(f"sweep {name}: base: {exc}") from None
+    return {s: dict(v or {}) for s, v in sections.items()}
 
 
 def _parse_axes(axes_raw: Any, name: str) -> dict[str, list]:
