@@ -151,7 +151,8 @@ def _inputs(paths: Iterable[str | Path]) -> list[tuple[str, Path]]:
         elif path.is_file():
             out.append(("file", path))
         else:
-            raise ConfigError(f"input {path} does not exist: expected a result store "
+            what = "is not a regular file" if path.exists() else "does not exist"
+            raise ConfigError(f"input {path} {what}: expected a result store "
                               "directory, a .jsonl or a .json file")
     return out
 
