@@ -147,3 +147,21 @@ def test_cited_theory_sections_exist():
     assert cited, "no section citations found: the pattern is wrong"
     missing = {title: where for title, where in cited.items() if title not in headings}
     assert not missing, f"cited sections that docs/theory.md lacks: {missing}"
+
+
+def test_every_package_folder_is_installed():
+    """A package folder missing from setup.cfg works in an editable install and is absent
+    from a built wheel: list each one."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    listed = set(cfg["options"]["packages"].split())
+    roots = {"recallbench": CORE, "recallbench.tasks": ROOT / "tasks",
+             "recallbench.adapters": ROOT / "adapters"}
+    found = set()
+    for name, folder in roots.items():
+        for init in folder.rglob("__init__.py"):
+            rel = init.parent.relative_to(folder).parts
+            found.add(".".join((name, *rel)))
+    assert found == listed, f"not listed: {found - listed}; listed but absent: {listed - found}"
