@@ -181,75 +181,107 @@ def adaptive_search(base_config: Mapping[str, Any], candidates: Sequence[tuple[i
     if stop not in STOP_RULES:
         raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}, got {stop!r}")
     runner = runner or _default_runner
-    law = _law_inputs(base_config)
-    nf, lam, V, queries = law["num_facts"], law["n_layers"], law["vocab_size"], law["queries"]
-    a_prior = float(a0) if a0 is not None else theory.coefficient_a(law["kind"], law["family"])
-    b_prior = float(b0) if b0 is not None else float(theory.m_v(V))
-    cells = sorted({(int(d), int(n)) for d, n in candidates if 1 <= int(n) <= int(d)})
-    if not cells:
-        raise ValueError("adaptive_search: no candidate cell with 1 <= N <= D")
-    grid = np.array(cells, float)
-    done = np.zeros(len(cells), bool)
+    search = _Search(base_config, candidates, a0, b0, level)
     min_runs = max(8, 2 * batch) if min_runs is None else min_runs
-    prev_ci = (0.0, math.inf)
-    a_place, b_place = a_prior, b_prior
-    records: list[dict] = []
-    run_cells: list[tuple[int, int]] = []
-    history: list[dict] = []
-    fit = None
-    a_hat, a_ci, b_hat, b_ci, hw = math.nan, (0.0, math.inf), math.nan, (-math.inf, math.inf), math.inf
     stopped = "exhausted"
     while True:
-        if len(records) >= max_runs:
+        if len(search.records) >= max_runs:
             stopped = "budget"
             break
-        take = min(batch, max_runs - len(records))
-        chosen = choose_cells(grid, done, a_place, b_place, nf, lam, queries, take, p_range)
+        chosen = search.choose(min(batch, max_runs - len(search.records)), p_range)
         if not chosen:
             stopped = "exhausted"
             break
-        placed_with = (a_place, b_place)
-        configs = [cell_config(base_config, *cells[i]) for i in chosen]
+        configs = [cell_config(base_config, *search.cells[i]) for i in chosen]
         got = run_batch(configs) if run_batch is not None else [runner(c) for c in configs]
         if len(got) != len(configs):
             raise RuntimeError(f"run_batch returned {len(got)} records for {len(configs)} configs")
+        search.add(chosen, got)
+        if on_round is not None:
+            on_round(search.history[-1])
+        if len(search.records) >= min_runs:
+            stopped = search.stop_rule(stop, tol)
+            if stopped:
+                break
+        search.round_done()
+    return search.result(stopped or "exhausted", tol)
+
+
+class _Search:
+    """The state of one adaptive search: candidate cells, runs so far, the running fit."""
+
+    def __init__(self, base_config, candidates, a0, b0, level):
+        law = _law_inputs(base_config)
+        self.law, self.level = law, level
+        self.a_prior = float(a0) if a0 is not None else theory.coefficient_a(law["kind"],
+                                                                            law["family"])
+        self.b_prior = float(b0) if b0 is not None else float(theory.m_v(law["vocab_size"]))
+        self.cells = sorted({(int(d), int(n)) for d, n in candidates if 1 <= int(n) <= int(d)})
+        if not self.cells:
+            raise ValueError("adaptive_search: no candidate cell with 1 <= N <= D")
+        self.grid = np.array(self.cells, float)
+        self.done = np.zeros(len(self.cells), bool)
+        self.place = (self.a_prior, self.b_prior)  # the (a, b) the next round is placed with
+        self.prev_ci = (0.0, math.inf)
+        self.records: list[dict] = []
+        self.run_cells: list[tuple[int, int]] = []
+        self.history: list[dict] = []
+        self.fit = None
+        self.a, self.a_ci, self.b, self.b_ci = math.nan, (0.0, math.inf), math.nan, (-math.inf, math.inf)
+        self.hw = math.inf
+
+    def choose(self, take: int, p_range) -> list[int]:
+        law = self.law
+        return choose_cells(self.grid, self.done, *self.place, law["num_facts"],
+                            law["n_layers"], law["queries"], take, p_range)
+
+    def add(self, chosen: list[int], got: list[dict]) -> None:
+        """Take one round's records, refit, and note the round in the history."""
+        placed_with = self.place
         for i, rec in zip(chosen, got):
-            done[i] = True
-            records.append(rec)
-            run_cells.append(cells[i])
-        pts = _points(records)
+            self.done[i] = True
+            self.records.append(rec)
+            self.run_cells.append(self.cells[i])
+        pts = _points(self.records)
         if len(pts) >= 2:
             try:
-                fit = fit_collapse(*pts.T, family=law["family"], model_kind=law["kind"], level=level)
+                self.fit = fit_collapse(*pts.T, family=self.law["family"],
+                                        model_kind=self.law["kind"], level=self.level)
             except ValueError:
-                fit = None
-        if fit is not None:
-            a_hat, a_ci, b_hat, b_ci = fit.a, tuple(fit.a_ci), fit.b, tuple(fit.b_ci)
-            hw = half_width(a_hat, a_ci)
-            if math.isfinite(hw):  # a bounded fit: place the next runs with it
-                a_place, b_place = a_hat, b_hat
-        history.append({"round": len(history), "cells": [cells[i] for i in chosen],
-                        "runs": len(records), "placed_with": {"a": placed_with[0],
-                                                              "b": placed_with[1]},
-                        "a": a_hat, "a_ci": a_ci, "b": b_hat, "half_width": hw})
-        if on_round is not None:
-            on_round(history[-1])
-        settled = prev_ci[0] <= a_hat <= prev_ci[1]
-        if len(records) >= min_runs:
-            if stop != "stable" and hw <= tol and settled:
-                stopped = "tolerance"
-                break
-            if stop != "interval" and _stable([h["a"] for h in history], tol):
-                stopped = "stable"
-                break
-        if fit is not None:
-            prev_ci = a_ci
-    return {"runs": len(records), "records": records, "cells": run_cells, "a": a_hat,
-            "a_ci": a_ci, "b": b_hat, "b_ci": b_ci, "half_width": hw,
-            "converged": hw <= tol, "stopped": stopped,
-            "fit": fit.to_dict() if fit is not None else None,
-            "prior": {"a": a_prior, "b": b_prior}, "history": history, "tol": tol,
-            "candidates": len(cells)}
+                self.fit = None
+        if self.fit is not None:
+            f = self.fit
+            self.a, self.a_ci, self.b, self.b_ci = f.a, tuple(f.a_ci), f.b, tuple(f.b_ci)
+            self.hw = half_width(self.a, self.a_ci)
+            if math.isfinite(self.hw):  # a bounded fit: place the next runs with it
+                self.place = (self.a, self.b)
+        self.history.append({"round": len(self.history),
+                             "cells": [self.cells[i] for i in chosen],
+                             "runs": len(self.records),
+                             "placed_with": {"a": placed_with[0], "b": placed_with[1]},
+                             "a": self.a, "a_ci": self.a_ci, "b": self.b,
+                             "half_width": self.hw})
+
+    def stop_rule(self, stop: str, tol: float) -> str | None:
+        """"tolerance" or "stable" when that rule (allowed by ``stop``) ends the search."""
+        settled = self.prev_ci[0] <= self.a <= self.prev_ci[1]
+        if stop != "stable" and self.hw <= tol and settled:
+            return "tolerance"
+        if stop != "interval" and _stable([h["a"] for h in self.history], tol):
+            return "stable"
+        return None
+
+    def round_done(self) -> None:
+        if self.fit is not None:
+            self.prev_ci = self.a_ci
+
+    def result(self, stopped: str, tol: float) -> dict[str, Any]:
+        return {"runs": len(self.records), "records": self.records, "cells": self.run_cells,
+                "a": self.a, "a_ci": self.a_ci, "b": self.b, "b_ci": self.b_ci,
+                "half_width": self.hw, "converged": self.hw <= tol, "stopped": stopped,
+                "fit": self.fit.to_dict() if self.fit is not None else None,
+                "prior": {"a": self.a_prior, "b": self.b_prior}, "history": self.history,
+                "tol": tol, "candidates": len(self.cells)}
 
 
 def _stable(history_a: Sequence[float], tol: float, rounds: int = STABLE_ROUNDS) -> bool:
