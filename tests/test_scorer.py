@@ -271,7 +271,9 @@ def test_cli_theory_takes_the_family_the_task_declares(capsys):
         docs[task] = json.loads(capsys.readouterr().out)
     plain_mqar, repeated = docs["mqar"], docs["mqar-repeated-keys"]
     assert plain_mqar["task"] == "mqar" and repeated["task"] == "mqar-repeated-keys"
-    assert plain_mqar["a"] == repeated["a"] == 3.0 and repeated["seq_len"] == 64
+    assert plain_mqar["a"] == repeated["a"] == 3.0 and plain_mqar["seq_len"] == 64
+    # repeated keys: the task's own N_k (2) and its L rule, 2·N_f·(N_k + 1)
+    assert repeated["num_key_repeats"] == 2 and repeated["seq_len"] == 96
     # the query-position average follows MQAR's own query slots only
     assert "designed_position_average" in plain_mqar and "designed_position_average" not in repeated
     with pytest.raises(ConfigError, match=r"^--task = 'nope' is not allowed: .*\bar\b.*mqar"):
@@ -293,6 +295,61 @@ def test_cli_theory_bad_flags(argv, flag):
         cli_theory.command(parse(cli_theory, argv))
     message = str(info.value)
     assert message.startswith(flag) and "\n" not in message
+
+
+@pytest.mark.parametrize("task,extra", [
+    ("mqar", {}), ("ar", {}), ("mqar-repeated-keys", {}),
+    ("mqar-repeated-keys", {"num_key_repeats": 1}), ("mqar-repeated-keys", {"num_key_repeats": 3})])
+def test_cli_theory_accepts_the_lengths_run_accepts(task, extra):
+    """theory's L check is the task's: for every L it agrees with resolving a run config."""
+    from recallbench import resolve
+
+    nf = 8
+    for seq_len in range(2 * nf - 1, 8 * nf + 2):
+        argv = ["--task", task, "--vocab-size", "128", "--num-facts", str(nf), "--d-model",
+                "16", "--d-state", "4", "--seq-len", str(seq_len)]
+        if extra:
+            argv += ["--num-key-repeats", str(extra["num_key_repeats"])]
+        try:
+            resolve({"task": {"name": task, "vocab_size": 128, "num_facts": nf,
+                              "seq_len": seq_len, **extra}})
+            run_ok = True
+        except ConfigError:
+            run_ok = False
+        try:
+            out = cli_theory.compute(parse(cli_theory, argv))
+            theory_ok = out["seq_len"] == seq_len
+        except ConfigError as exc:
+            assert str(exc).startswith("--seq-len"), exc
+            theory_ok = False
+        assert theory_ok == run_ok, (task, extra, seq_len)
+
+
+def test_cli_theory_caps_what_it_prints_at_the_keys_the_vocabulary_has(capsys):
+    """V = 128 has 63 keys: no state holds more facts, whatever Fano's bits would allow."""
+    args = parse(cli_theory, ["--vocab-size", "128", "--num-facts", "16", "--d-model", "64",
+                              "--d-state", "16"])
+    out = cli_theory.compute(args)
+    raw = theory.fano_max_facts(out["state_size"], 32, 128, 0.01)
+    assert raw > 1000 and out["fano_max_facts"] == out["num_keys"] == 63
+    assert cli_theory.command(parse(cli_theory, ["--vocab-size", "128", "--num-facts", "16",
+                                                 "--d-model", "64", "--d-state", "16"])) == 0
+    assert "up to N_f = 63 (all V/2 − 1 = 63 keys" in capsys.readouterr().out
+
+
+def test_cli_theory_marks_required_flags_and_explains_its_output(capsys):
+    with pytest.raises(SystemExit):
+        parse(cli_theory, ["--d-model", "8", "--d-state", "8"])
+    assert "required: --vocab-size, --num-facts" in capsys.readouterr().err
+    parser = argparse.ArgumentParser()
+    cli_theory.add_arguments(parser)
+    text = parser.format_help()
+    for term in ("ε_v, ε_k", "m_V", '"condition"', "capacity", "Fano", "docs/theory.md"):
+        assert term in text, term
+    with pytest.raises(ConfigError, match="^--num-key-repeats is not allowed for --task mqar"):
+        cli_theory.compute(parse(cli_theory, ["--vocab-size", "64", "--num-facts", "4",
+                                              "--d-model", "8", "--d-state", "8",
+                                              "--num-key-repeats", "2"]))
 
 
 def test_layer_study_gets_an_exchange_figure(tmp_path, report):

@@ -34,12 +34,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", default=DEFAULT_TASK["name"],
                         help=f"a task the law describes (default {DEFAULT_TASK['name']}; "
                              "see `recallbench list tasks`)")
-    parser.add_argument("--vocab-size", type=int, help="V, vocabulary size (even, >= 4)")
-    parser.add_argument("--num-facts", type=int, help="N_f, key-value facts in the context (1 to V/2 - 1)")
+    parser.add_argument("--vocab-size", type=int, required=True,
+                        help="V, vocabulary size (even, >= 4); required")
+    parser.add_argument("--num-facts", type=int, required=True,
+                        help="N_f, key-value facts in the context (1 to V/2 - 1); required")
     parser.add_argument("--seq-len", type=int,
-                        help="L (default: 2·N_f + 1 for ar, 4·N_f for mqar)")
-    parser.add_argument("--d-model", type=int, help="D, model width (>= 1)")
-    parser.add_argument("--d-state", type=int, help="N, state size per channel (>= 1)")
+                        help="L, checked by the task as `run` checks it (default: the shortest "
+                             "the task accepts: 2·N_f + 1 for ar, 4·N_f for mqar, "
+                             "2·N_f·(N_k + 1) for mqar-repeated-keys)")
+    parser.add_argument("--num-key-repeats", type=int, default=None,
+                        help="N_k, for a task with that parameter (mqar-repeated-keys; "
+                             "default: the task's)")
+    parser.add_argument("--d-model", type=int,
+                        help="D, model width (>= 1); required unless --target is given")
+    parser.add_argument("--d-state", type=int,
+                        help="N, state size per channel (>= 1); required unless --target is given")
     parser.add_argument("--n-layers", type=int, default=1, help="Λ, layers (default 1)")
     parser.add_argument("--a", type=float, default=None,
                         help="the noise coefficient a (> 0); default: from --model-kind")
@@ -55,6 +64,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delta", type=float, default=0.01,
                         help="failure probability δ of the Fano bound and capacity (default 0.01)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EXPLAINED
+
+
+EXPLAINED = """what the output means (docs/theory.md has every formula):
+  σ, 1/σ     noise of the read-out, σ² = a·N_f/(Λ·N·D) + 1/D; recall depends on the setting
+             only through 1/σ (and V)
+  m_V        eq. 20's threshold for 1/σ, √(2 log V) minus its Gumbel correction
+  recall p   probability that a query is answered right: eq. 19 (exact integral), eq. 20
+             (Gumbel approximation), Rem 4.3 (Φ(1/σ − √(2 log V)), coarse)
+  top-k      probability that the right value is among the k largest logits
+  ε_v, ε_k   Lem 4.1's distortions of value and key embeddings, √(4 log V / D) and
+             √(4 log V / N); "condition" is Lem 4.1's left-hand side, which must stay
+             below 1/2 for recall to be exact in the worst case
+  state S    scalars of recurrent state, 2·D·N·Λ for the linear Mamba, times bits per scalar
+  Fano       the fewest bits any state needs to recall N_f facts with failure δ, and the
+             most facts this state could hold by that bound (at most the V/2 − 1 keys)
+  capacity   N_f*(δ): the most facts the law recalls with probability >= 1 − δ (at most
+             the V/2 − 1 keys)"""
 
 
 def _need(value, flag: str, allowed: str):
@@ -116,18 +144,59 @@ def _check_numbers(args) -> None:
            f"a number in [{A_RANGE[0]:g}, {A_RANGE[1]:g}] (the paper's are ½ to 3)")
 
 
+def _flag(message: str) -> str:
+    """A task's message in the flags' names: task.seq_len → --seq-len."""
+    import re
+
+    return re.sub(r"\btask\.([a-z_]+)", lambda m: "--" + m.group(1).replace("_", "-"), message)
+
+
+def _task_seq_len(args) -> int:
+    """L, checked by the task class as ``run`` checks it; by default the shortest L the task
+    accepts (its :meth:`~recallbench.api.task.Task.infeasible` rule).  --num-key-repeats
+    goes to the task, which must have that parameter."""
+    from recallbench.api.registry import TASKS
+
+    cls = TASKS.get(args.task)
+    fields = {f.name: f.default for f in dataclasses.fields(cls)}
+    params = {"vocab_size": args.vocab_size, "num_facts": args.num_facts}
+    if args.num_key_repeats is not None:
+        if "num_key_repeats" not in fields:
+            raise ConfigError(f"--num-key-repeats is not allowed for --task {args.task}: "
+                              "it has no num_key_repeats parameter")
+        _size(args.num_key_repeats, "--num-key-repeats", "task.num_facts")
+        params["num_key_repeats"] = args.num_key_repeats
+    if args.seq_len is not None:
+        params["seq_len"] = args.seq_len
+    elif fields.get("seq_len", 0) is not None:  # a task that derives L itself keeps None
+        params["seq_len"] = _shortest_seq_len(cls, {**fields, **params})
+    try:
+        task = cls.from_params(params)
+    except ConfigError as exc:
+        raise ConfigError(_flag(str(exc))) from None
+    args.num_key_repeats = getattr(task, "num_key_repeats", None)
+    return task.seq_len
+
+
+def _shortest_seq_len(cls, params: dict) -> int:
+    """The smallest L that the task's infeasible rule lets through (binary search)."""
+    lo, hi = 1, LIMITS["task.seq_len"]
+    if cls.infeasible({**params, "seq_len": hi}) is not None:
+        return hi  # no L fits: the task's own check names the bound
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cls.infeasible({**params, "seq_len": mid}) is None:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def _validate(args) -> tuple[float, str | None, str]:
     """Check every flag; return (a, model kind, task family)."""
     _check_numbers(args)
     family = _family(args.task)
-    nf = args.num_facts
-    if args.seq_len is not None:
-        if family == "ar":
-            _check(args.seq_len, "--seq-len", args.seq_len == 2 * nf + 1,
-                   f"AR has L = 2·num_facts + 1 = {2 * nf + 1}")
-        else:
-            _check(args.seq_len, "--seq-len", args.seq_len >= 4 * nf,
-                   f"an integer >= 4·num_facts = {4 * nf}")
+    args.seq_len = _task_seq_len(args)
     if args.a is not None:
         return float(args.a), None, family
     kind = args.model_kind or "linear"
@@ -137,7 +206,7 @@ def _validate(args) -> tuple[float, str | None, str]:
 def _setting(args, a: float, kind: str | None, family: str) -> dict:
     """Everything the law says about the flags' setting (D and N given), JSON-ready."""
     v, nf, d, n, lam = args.vocab_size, args.num_facts, args.d_model, args.d_state, args.n_layers
-    seq_len = args.seq_len if args.seq_len is not None else (2 * nf + 1 if family == "ar" else 4 * nf)
+    seq_len, keys = args.seq_len, v // 2 - 1  # V_k: the most facts any task can ask
     s = float(theory.inverse_sigma(nf, d, n, a, lam))
     state = float(theory.linear_state_size(d, n, lam))
     out = {
@@ -153,9 +222,14 @@ def _setting(args, a: float, kind: str | None, family: str) -> dict:
         "state_size": state, "state_bits": args.state_bits, "delta": args.delta,
         "fano_min_bits": float(theory.fano_min_bits(nf, v, args.delta)),
         "state_bits_total": state * args.state_bits,
-        "fano_max_facts": float(theory.fano_max_facts(state, args.state_bits, v, args.delta)),
-        "capacity": float(theory.capacity(d, lam * n, v, a, args.delta, args.form)),
+        "num_keys": keys,
+        "fano_max_facts": min(float(theory.fano_max_facts(state, args.state_bits, v, args.delta)),
+                              float(keys)),
+        "capacity": min(float(theory.capacity(d, lam * n, v, a, args.delta, args.form)),
+                        float(keys)),
     }
+    if args.num_key_repeats is not None:
+        out["num_key_repeats"] = args.num_key_repeats
     # the designed model's average over query positions follows the default task's slots
     if kind == "designed" and family == "mqar" and args.task == DEFAULT_TASK["name"]:
         out["designed_position_average"] = theory.designed_mqar_recall(
@@ -186,6 +260,11 @@ def _g(x, digits=4) -> str:
     return f"{x:.{digits}g}"
 
 
+def _all_keys(out: dict, key: str) -> str:
+    return (f" (all V/2 − 1 = {out['num_keys']} keys the vocabulary has)"
+            if out[key] >= out["num_keys"] else "")
+
+
 def render_text(out: dict) -> str:
     """The answer as a few readable lines."""
     kind = f" ({out['model_kind']})" if out.get("model_kind") else " (given)"
@@ -193,6 +272,7 @@ def render_text(out: dict) -> str:
              f"N_f={out['num_facts']}" + (f", L={out['seq_len']}" if out.get("seq_len") else "")
              + (f", D={out['d_model']}" if out.get("d_model") else "")
              + (f", N={out['d_state']}" if out.get("d_state") else "")
+             + (f", N_k={out['num_key_repeats']}" if out.get("num_key_repeats") else "")
              + f", Λ={out['n_layers']}, a={_g(out['a'])}{kind}"]
     if "sigma" in out:
         forms = out["recall_forms"]
@@ -214,8 +294,10 @@ def render_text(out: dict) -> str:
             f"  state S = 2·D·N·Λ = {_g(out['state_size'], 8)} scalars × {out['state_bits']} bits = "
             f"{_g(out['state_bits_total'], 8)} bits",
             f"  Fano (Lem 4.5) at δ = {out['delta']}: needs ≥ {_g(out['fano_min_bits'])} bits for "
-            f"N_f = {out['num_facts']}; this state could hold up to N_f = {_g(out['fano_max_facts'])}",
-            f"  capacity of the law: N_f*(δ = {out['delta']}) = {_g(out['capacity'])} facts",
+            f"N_f = {out['num_facts']}; this state could hold up to N_f = "
+            f"{_g(out['fano_max_facts'])}{_all_keys(out, 'fano_max_facts')}",
+            f"  capacity of the law: N_f*(δ = {out['delta']}) = {_g(out['capacity'])} facts"
+            f"{_all_keys(out, 'capacity')}",
         ]
     if "requirement" in out:
         r = out["requirement"]
