@@ -156,7 +156,15 @@ def make_executor(kind: str = "inprocess", *, workers: int | None = None, addres
     if kind == "inprocess":
         return InProcess(threads, ensemble)
     if kind == "processes":
-        return Processes(workers or os.cpu_count() or 1, threads or 1, ensemble, notify)
+        cpus = os.cpu_count() or 1
+        # each worker is a training process (hundreds of MB): more than the CPUs only waits
+        if workers is not None and workers > cpus:
+            raise ConfigError(f"--workers {workers} is not allowed: must be in [1, {cpus}] "
+                              "(the CPUs of this machine; a worker trains one point at a time)")
+        if threads is not None and threads > cpus:
+            raise ConfigError(f"--threads-per-worker {threads} is not allowed: must be in "
+                              f"[1, {cpus}] (the CPUs of this machine)")
+        return Processes(workers or cpus, threads or 1, ensemble, notify)
     from recallbench.runs.ray_executor import Ray
 
     return Ray(address, workers, threads or 1, ensemble, gpus)
