@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from recallbench.api.errors import ConfigError
+from recallbench.api.fields import short  # noqa: F401 (the one way messages echo a value)
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 
@@ -40,12 +41,6 @@ MAX_COUNT = 10 ** 12
 def is_count(x, low: int = 0) -> bool:
     """An int in [low, MAX_COUNT] (bools excluded)."""
     return is_int(x) and low <= x <= MAX_COUNT
-
-
-def short(value: Any, limit: int = 40) -> str:
-    """``repr(value)`` when short, else its type: what a one-line message may echo."""
-    text = repr(value) if not isinstance(value, (dict, list)) or len(value) < 8 else ""
-    return text if text and len(text) <= limit else f"a {type(value).__name__}"
 
 
 def check_name(value: Any, where: str) -> str:
