@@ -14,6 +14,7 @@ from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
 from recallbench.api.config import RunConfig
+from recallbench.api.errors import reason
 from recallbench.api.task import IGNORE
 from recallbench.harness.data import TEST_STREAM, VAL_STREAM, fixed_set
 from recallbench.harness.ensemble_shape import EnsembleError
@@ -113,10 +114,9 @@ class StackedModels:
                 B, L, D = h.shape[1:]
                 logits = self.fn.readout(self.params, self.fixed, h.reshape(self.K, B * L, D))
         except Exception as exc:  # noqa: BLE001 - any failure means "does not vmap"
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise EnsembleError(
                 f"adapter {name} cannot be trained as a batched ensemble: its blocks do not "
-                f"vmap ({type(exc).__name__}: {msg[:200]}); run these configs one by one "
+                f"vmap ({reason(exc, 250)}); run these configs one by one "
                 f"with recallbench.harness.train.run") from None
         with torch.no_grad():
             for k in sorted({0, self.K - 1}):

@@ -20,7 +20,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from recallbench.api.config import RunConfig
-from recallbench.runs.worker import reason
+from recallbench.api.errors import reason
 
 
 @dataclasses.dataclass

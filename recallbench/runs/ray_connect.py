@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 from recallbench.api.errors import ConfigError, UnavailableError
-from recallbench.runs.worker import reason
+from recallbench.api.errors import reason
 
 #: seconds to wait for a TCP connection to ``--address``, and for the GCS's answer
 CONNECT_TIMEOUT_S = 10.0

@@ -20,7 +20,8 @@ from typing import Any, Iterator
 
 from recallbench.api.errors import ConfigError, UnavailableError
 from recallbench.runs import ray_connect
-from recallbench.runs.worker import THREAD_ENV, reason, run_configs, set_threads
+from recallbench.api.errors import reason
+from recallbench.runs.worker import THREAD_ENV, run_configs, set_threads
 
 #: Ray's retries of a task whose worker process or node died (never of a point that failed)
 RETRIES = 2

@@ -3,7 +3,7 @@
 A work item is one point, or with ``--ensemble K`` up to K points of the same shape trained
 as one batched model (:mod:`recallbench.harness.ensemble`).  :func:`run_configs` never
 raises for a failing point: the point gets a failed record whose ``error`` is the
-exception's one-line :func:`reason`.  Every executor (:mod:`recallbench.runs.executors`)
+exception's one-line :func:`~recallbench.api.errors.reason`.  Every executor (:mod:`recallbench.runs.executors`)
 calls it, in this process or in a worker process.
 """
 from __future__ import annotations
@@ -11,14 +11,9 @@ from __future__ import annotations
 import os
 from typing import Callable
 
+from recallbench.api.errors import reason
+
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-def reason(exc: BaseException) -> str:
-    """``Type: first line of the message``, at most 500 characters: a record's ``error``."""
-    text = str(exc).strip().splitlines()
-    line = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-    return line[:500]
 
 
 def set_threads(threads: int | None) -> None:
