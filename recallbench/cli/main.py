@@ -82,7 +82,7 @@ def check_writable(path: Path, flag: str = "--out") -> None:
                           "e.g. result.json inside it")
     existing = next(p for p in path.absolute().parents if p.exists())
     if not existing.is_dir():
-        raise ConfigError(f"{flag} {_where(path)}: {_where(existing)} is a file, not a folder")
+        raise ConfigError(f"{flag} {_where(path)}: {_where(existing)} is not a folder (it is a file)")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".recallbench-"):

@@ -10,7 +10,6 @@ and a sha256 over its content.  Default output: <suite>/submissions/<model-name>
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -35,15 +34,11 @@ def _check_out(out: Path, force: bool) -> None:
     """The output can be written: a .yaml file in an existing-or-creatable folder."""
     if out.suffix not in (".yaml", ".yml"):
         raise ConfigError(f"--out {out}: submissions are .yaml files")
-    if out.is_dir():
-        raise ConfigError(f"--out {out}: is a folder; give a file name")
-    if (out.exists() or out.is_symlink()) and not force:
+    from recallbench.cli.main import check_writable
+
+    if (out.exists() or out.is_symlink()) and not out.is_dir() and not force:
         raise ConfigError(f"{out} exists (use --force to replace it)")
-    parent = next((p for p in out.parents if p.exists()), Path("."))
-    if not parent.is_dir():
-        raise ConfigError(f"--out {out}: {parent} is not a folder")
-    if not os.access(parent, os.W_OK):
-        raise ConfigError(f"--out {out}: {parent} is not writable")
+    check_writable(out)  # a file, in a folder that exists or can be made, that we may write
 
 
 def _check_text(args) -> None:
