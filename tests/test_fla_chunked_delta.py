@@ -1,0 +1,198 @@
+"""The chunked delta-rule kernels (adapters/cpu/fla_chunked_delta.py) against fla's recurrent
+references: forward outputs, final states and the gradients of every input, in float32 and
+with the chunked form run in float64; and the deltanet / gated-deltanet adapters' gradients
+with the chunked kernels against the same models on the recurrent references."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+fla = pytest.importorskip("fla", reason="flash-linear-attention is not installed")
+
+from fla.ops.delta_rule.naive import delta_rule_recurrence  # noqa: E402
+from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule  # noqa: E402
+
+from recallbench.adapters.cpu import fla_chunked_delta as D  # noqa: E402
+from recallbench.adapters.cpu import fla_kernels as K  # noqa: E402
+from recallbench.adapters.cpu.fla_swaps import SWAPS  # noqa: E402
+from recallbench.adapters.kernel_swap import Swap, SwapSet  # noqa: E402
+from recallbench.api.config import ModelConfig  # noqa: E402
+from recallbench.api.registry import ADAPTERS  # noqa: E402
+from recallbench.harness.model import RecallModel  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TOL = 1e-5  # relative, over each whole tensor
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def make_inputs(B, T, H, Kd, V, HV=None, seed=0):
+    """q, k (l2-normalised), v, beta ∈ (0, 1), g = log α < 0, h0: float32 leaves."""
+    HV = HV or H
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen)
+
+    return {"q": randn(B, T, H, Kd), "k": F.normalize(randn(B, T, H, Kd), dim=-1),
+            "v": randn(B, T, HV, V), "beta": randn(B, T, HV).sigmoid(),
+            "g": F.logsigmoid(randn(B, T, HV) + 2), "h0": randn(B, HV, Kd, V)}
+
+
+def outputs_and_grads(run, inputs, dtype=torch.float32, seed=1):
+    """run(**leaves) -> (o, ht); returns o, ht and the gradients of a random projection of both."""
+    leaves = {n: x.detach().to(dtype, copy=True).requires_grad_() for n, x in inputs.items()}
+    o, ht = run(**leaves)
+    gen = torch.Generator().manual_seed(seed)
+    wo, wh = torch.randn(o.shape, generator=gen), torch.randn(ht.shape, generator=gen)
+    ((o * wo.to(o.dtype)).sum() + (ht * wh.to(ht.dtype)).sum()).backward()
+    return o, ht, {n: x.grad for n, x in leaves.items()}
+
+
+def assert_close(got, want, tol=TOL):
+    (o, ht, grads), (o_ref, ht_ref, grads_ref) = got, want
+    assert o.shape == o_ref.shape and ht.shape == ht_ref.shape
+    errors = {"o": rel(o, o_ref), "final state": rel(ht, ht_ref)}
+    errors.update({f"d{n}": rel(grads[n], grads_ref[n]) for n in grads_ref})
+    assert max(errors.values()) <= tol, errors
+
+
+def assert_matches_reference(ours, reference, inputs):
+    """float32 chunked vs the float32 reference, and the chunked algebra run in float64 vs both."""
+    want = outputs_and_grads(reference, inputs)
+    got32 = outputs_and_grads(ours, inputs)
+    got64 = outputs_and_grads(ours, inputs, torch.float64)
+    assert got64[0].dtype == torch.float64  # the float64 run really ran in float64
+    assert_close(got32, want)
+    assert_close(got64, want)
+    assert_close(got32, got64)
+
+
+# ---------------------------------------------------------------------------
+# the kernels against fla's recurrent references
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("T, chunk", [(37, 16), (64, 64), (50, 64), (24, 5)])
+def test_delta_rule_matches_fla_delta_rule_recurrence(T, chunk):
+    """T a multiple of the chunk or not, a chunk longer than T, H > 1, an initial state."""
+    x = make_inputs(2, T, 3, 8, 6)
+    del x["g"]
+
+    def reference(q, k, v, beta, h0):
+        o, ht = delta_rule_recurrence(*(t.transpose(1, 2) for t in (q, k, v, beta)), h0, True)
+        return o.transpose(1, 2), ht
+
+    def ours(q, k, v, beta, h0):
+        return D.delta_rule(q, k, v, beta, initial_state=h0, output_final_state=True, chunk=chunk)
+
+    assert_matches_reference(ours, reference, x)
+
+
+@pytest.mark.parametrize("T, chunk", [(37, 16), (64, 64), (24, 5)])
+def test_gated_delta_rule_matches_fla_naive_recurrent_gated_delta_rule(T, chunk):
+    x = make_inputs(2, T, 3, 8, 6)
+
+    def reference(q, k, v, beta, g, h0):
+        return naive_recurrent_gated_delta_rule(q, k, v, beta, g, 0.3, h0, True)
+
+    def ours(q, k, v, beta, g, h0):
+        return D.gated_delta_rule(q, k, v, g, beta, scale=0.3, initial_state=h0,
+                                  output_final_state=True, chunk=chunk)
+
+    assert_matches_reference(ours, reference, x)
+
+
+def test_gated_delta_rule_kernel_flags_match_the_recurrent_wrapper():
+    """The flags the layers pass (l2norm, beta sigmoid with negative eigenvalues, the gate with
+    A_log and dt_bias, state_v_first) and grouped value heads (HV = 2H), against
+    fla_kernels.gated_delta_rule (the same flags around fla's recurrent reference)."""
+    x = make_inputs(2, 21, 2, 8, 6, HV=4)
+    x["q"], x["k"] = x["q"] * 3, x["k"] * 2  # l2-normalised in the kernel
+    x["beta"], x["g"] = torch.randn(2, 21, 4), torch.randn(2, 21, 4)  # raw: sigmoid, gate in kernel
+    x["h0"] = x["h0"].transpose(-1, -2)  # (B, HV, V, K)
+    x["A_log"], x["dt_bias"] = torch.randn(4) * 0.5, torch.randn(4)
+
+    def run(fn, **kw):
+        def call(q, k, v, beta, g, h0, A_log, dt_bias):
+            return fn(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                      use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True,
+                      use_gate_in_kernel=True, A_log=A_log, dt_bias=dt_bias, state_v_first=True, **kw)
+        return call
+
+    assert_matches_reference(run(D.gated_delta_rule, chunk=8), run(K.gated_delta_rule), x)
+
+
+def test_delta_rule_flags_and_per_channel_beta():
+    """l2norm in the kernel, a scale, beta=None (β = 1), no state; a (B, T, H, V) beta runs
+    through the recurrent reference."""
+    x = make_inputs(1, 19, 2, 4, 5)
+    q, k, v = x["q"] * 2, x["k"] * 3, x["v"]
+    for beta in (None, torch.rand(1, 19, 2, 5)):
+        kw = dict(scale=0.7, use_qk_l2norm_in_kernel=True, output_final_state=True)
+        o, ht = D.delta_rule(q, k, v, beta, chunk=8, **kw)
+        o_ref, ht_ref = K.delta_rule(q, k, v, beta, **kw)
+        assert rel(o, o_ref) <= TOL and rel(ht, ht_ref) <= TOL
+
+
+def test_no_final_state_unless_asked_and_packed_sequences_refused():
+    x = make_inputs(1, 10, 1, 4, 4)
+    o, ht = D.gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"])
+    assert ht is None and o.shape == x["v"].shape
+    with pytest.raises(NotImplementedError, match="cu_seqlens"):
+        D.delta_rule(x["q"], x["k"], x["v"], x["beta"], cu_seqlens=torch.tensor([0, 5, 10]))
+
+
+# ---------------------------------------------------------------------------
+# the adapters: chunked kernels (the swap table) vs the recurrent references
+# ---------------------------------------------------------------------------
+def _recurrent_swaps() -> SwapSet:
+    """The swap table's delta-rule rows, pointed back at the recurrent references."""
+    rows = [Swap(s.target, K.gated_delta_rule if s.target.endswith("gated_delta_rule") else K.delta_rule,
+                 s.reference) for s in SWAPS if s.target.endswith("delta_rule")]
+    assert len(rows) == 4
+    return SwapSet("recurrent delta rules", tuple(rows), dispatch=False)
+
+
+def _model_grads(name: str, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    cfg = ModelConfig(adapter=name, d_model=32, d_state=8, n_layers=1, d_conv=2, n_heads=2, expand=2)
+    model = RecallModel(ADAPTERS.get(name)(cfg), 16)
+    model(x).square().mean().backward()
+    return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("name", ["deltanet", "gated-deltanet"])
+def test_adapter_gradients_equal_with_chunked_and_recurrent_kernels(name):
+    """L = 80: two chunks of 64, the second padded."""
+    ok, why = ADAPTERS.get(name).availability()
+    if not ok:
+        pytest.skip(why)
+    x = torch.randint(0, 16, (2, 80), generator=torch.Generator().manual_seed(0))
+    chunked = _model_grads(name, x)
+    for s in SWAPS:
+        if s.target.endswith("delta_rule"):
+            assert s.replacement.startswith("recallbench.adapters.cpu.fla_chunked_delta:")
+    with _recurrent_swaps().applied():
+        recurrent = _model_grads(name, x)
+    assert chunked.keys() == recurrent.keys() and len(chunked) > 5
+    errors = {n: rel(chunked[n], recurrent[n]) for n in chunked if recurrent[n].norm() > 0}
+    assert max(errors.values()) <= TOL, errors
+
+
+@pytest.mark.slow
+def test_benchmark_prints_a_ratio_per_chunk_size():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_fla_chunked_delta.py"),
+                           "--batch", "2", "--length", "20", "--chunks", "4", "16", "--steps", "1"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for kernel in ("delta_rule", "gated_delta_rule"):
+        ratios = [ln for ln in proc.stdout.splitlines() if ln.startswith(kernel) and "x faster" in ln]
+        assert len(ratios) == 2
+        assert f"{kernel:<17} fastest chunk " in proc.stdout
