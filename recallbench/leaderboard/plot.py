@@ -1,89 +1,166 @@
-"""The leaderboard plot: test accuracy against state size b·S, under the Fano bound.
+"""The leaderboard figure: test accuracy against state size b·S, under the Fano bound.
 
-One dashed curve per N_f is the Fano bound (Lem 4.5; docs/theory.md, 'The law'): an
-accuracy p needs b·S >= p·N_f·log2(V/2) − 1 bits, so p <= (b·S + 1) / (N_f·log2(V/2));
-the region above it is shaded (impossible).  Each model with a finite state S adds one
-marker per (budget, N_f) at x = b·S; models whose state grows with L are named below.
+One panel per N_f (Zoology's layout): each model with a finite state S is one line through
+its budgets, at x = b·S bits; the dashed curve is the Fano bound (Lem 4.5; docs/theory.md,
+'The law'): an accuracy p needs b·S >= p·N_f·log2(V/2) − 1 bits, so
+p <= (b·S + 1) / (N_f·log2(V/2)), and the region above it is shaded (impossible).  The
+bound is drawn across the whole x range, which :func:`x_range` makes cover both the
+models and the bound's rise to 1 (the Fano minimum for perfect recall,
+N_f·log2(V/2) − 1 bits).  Two legends, outside the panels: the models, and the bound.
+Models whose state grows with L are named below.  The same figure is the suite's PNG and
+the picture on its page (``page``).
 """
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
 from recallbench.leaderboard.suite import Suite
 
 MARKERS = "osD^v<>pPX*h"
+PANELS_PER_ROW = 4
+BOUND_COLOR = "0.25"
+IMPOSSIBLE_COLOR = "0.55"
 
 
-def _draw_bounds(ax, xs, nfs: list[int], colors: dict, log2vv: float) -> None:
+def _log2_values(suite: Suite) -> float:
+    """log2(V/2): the bits of one value token (Lem 4.5)."""
+    return math.log2(max(suite.data["task"].get("vocab_size", 2) / 2, 2))
+
+
+def fano_bound(bits, num_facts: int, log2vv: float):
+    """The most accuracy b·S = ``bits`` allows at N_f facts (Lem 4.5), at most 1."""
     import numpy as np
 
-    for nf in nfs:
-        # Lem 4.5: accuracy p needs b·S >= p·N_f·log2(V/2) − 1, so p <= (b·S + 1)/(N_f·log2 V_v)
-        bound = np.minimum(1.0, (xs + 1) / (nf * log2vv))
-        ax.plot(xs, bound, color=colors[nf], lw=1.2, ls="--")
-        ax.fill_between(xs, bound, 1.0, where=bound < 1.0, color=colors[nf], alpha=0.10, lw=0)
+    return np.minimum(1.0, (np.asarray(bits, dtype=float) + 1) / (num_facts * log2vv))
 
 
-def _draw_points(ax, finite: list[dict], nfs: list[int], colors: dict) -> list[str]:
-    """Markers per model (jittered sideways so models do not hide each other); the models."""
-    models = sorted({r["model"] for r in finite})
-    for mi, name in enumerate(models):
-        for r in (r for r in finite if r["model"] == name):
-            x = r["state_size"] * r["state_bits"]
-            jitter = 1.0 + 0.06 * (mi - (len(models) - 1) / 2)
-            for nf in nfs:
-                if nf in r["acc"]:
-                    ax.scatter([x * jitter], [r["acc"][nf]], color=colors[nf], marker=MARKERS[mi % len(MARKERS)],
-                               s=40, edgecolors="black", linewidths=0.5, zorder=3)
-    return models
+def model_bits(rows: list[dict]) -> list[float]:
+    """b·S of every row with a finite state."""
+    return [r["state_size"] * r["state_bits"] for r in rows if r["state_size"]]
 
 
-def _label(ax, suite: Suite, nfs: list[int], colors: dict, models: list[str], xlim: tuple) -> None:
+def x_range(suite: Suite, rows: list[dict]) -> tuple[float, float]:
+    """A log x range holding every model's b·S (with a margin) and the bound's rise:
+    from at most 1 bit to past the largest N_f's Fano minimum for perfect recall."""
+    full = max(suite.num_facts) * _log2_values(suite) - 1
+    bits = model_bits(rows)
+    lo = min([1.0] + [b / 2 for b in bits])
+    hi = 2 * max([full] + bits)
+    return lo, hi
+
+
+def _draw_bound(ax, xs, nf: int, log2vv: float) -> None:
+    bound = fano_bound(xs, nf, log2vv)
+    ax.fill_between(xs, bound, 1.0, color=IMPOSSIBLE_COLOR, alpha=0.25, lw=0)
+    ax.plot(xs, bound, color=BOUND_COLOR, lw=1.2, ls="--")
+    full = nf * log2vv - 1
+    ax.annotate(f"{full:.0f} bits", (full, 1.0), xytext=(-4, -12), textcoords="offset points",
+                ha="right", fontsize=7, color=BOUND_COLOR)
+
+
+def _model_lines(rows: list[dict]) -> dict[str, list[dict]]:
+    """{model: its finite-state rows by increasing b·S}, models in rank order."""
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["state_size"]:
+            out.setdefault(r["model"], []).append(r)
+    return {m: sorted(rs, key=lambda r: r["state_size"] * r["state_bits"]) for m, rs in out.items()}
+
+
+def _draw_models(ax, lines: dict[str, list[dict]], nf: int, colors: dict) -> None:
+    for i, (model, rs) in enumerate(lines.items()):
+        pts = [(r["state_size"] * r["state_bits"], r["acc"][nf]) for r in rs if nf in r["acc"]]
+        if pts:
+            ax.plot(*zip(*pts), color=colors[model], marker=MARKERS[i % len(MARKERS)], ms=6,
+                    mec="black", mew=0.5, lw=1.5, zorder=3, label=model)
+
+
+def _legends(fig, lines: dict[str, list[dict]], colors: dict, x: float) -> None:
+    """Two legends right of the panels (from ``x``, in figure fractions): the models above,
+    the bound below."""
     from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
-    V = suite.data["task"].get("vocab_size", 2)
-    handles = [Line2D([], [], color=colors[nf], ls="--", label=f"Fano bound, N_f={nf}") for nf in nfs]
-    handles += [Line2D([], [], color="0.3", marker=MARKERS[i % len(MARKERS)], ls="", label=m)
-                for i, m in enumerate(models)]
-    ax.set_xscale("log")
-    ax.set_xlim(*xlim)
-    ax.set_ylim(0, 1.02)
-    ax.set_xlabel("recurrent state size b·S (bits per sequence; log scale)")
-    ax.set_ylabel("test accuracy (top-1, mean over seeds)")
-    title = f"{suite.name}: accuracy vs state size ({suite.data['task'].get('name')} V={V}"
-    title += f", L={suite.data['task'].get('seq_len')})" if suite.data["task"].get("seq_len") else ")"
-    ax.set_title(title)
-    ax.legend(handles=handles, fontsize=7, loc="center", ncol=2)  # the empty middle of the plot
+    models = [Line2D([], [], color=colors[m], marker=MARKERS[i % len(MARKERS)], mec="black",
+                     mew=0.5, label=m) for i, m in enumerate(lines)]
+    bound = [Line2D([], [], color=BOUND_COLOR, ls="--", label="Fano bound (Lem 4.5)"),
+             Patch(color=IMPOSSIBLE_COLOR, alpha=0.25, label="impossible")]
+    if models:
+        fig.legend(handles=models, title="models", loc="upper left", bbox_to_anchor=(x, 0.9),
+                   fontsize=8, title_fontsize=8, frameon=False)
+    fig.legend(handles=bound, title="bound", loc="lower left", bbox_to_anchor=(x, 0.2),
+               fontsize=8, title_fontsize=8, frameon=False)
 
 
-def render_plot(suite: Suite, rows: list[dict], path: Path) -> Path:
-    """Write the plot of ``rows`` (from ``render.leaderboard_rows``) to ``path`` (PNG)."""
+def _note(suite: Suite, rows: list[dict]) -> str:
+    note = ("Dashed: the Fano bound (Lem 4.5), accuracy <= (b·S + 1) / (N_f·log2(V/2)); the "
+            "shaded region above it is impossible; the label is the state needed for perfect "
+            "recall. Lines: one per model through its budgets (accuracy: mean over seeds at "
+            "the better learning rate).")
+    grows = sorted({r["model"] for r in rows if not r["state_size"]})
+    if grows:
+        note += f"\nNot shown (state grows with L): {', '.join(grows)}."
+    return note
+
+
+def _title(suite: Suite) -> str:
+    task = suite.data["task"]
+    title = f"{suite.name}: accuracy vs state size ({task.get('name')} V={task.get('vocab_size')}"
+    return title + (f", L={task['seq_len']})" if task.get("seq_len") else ")")
+
+
+def build_figure(suite: Suite, rows: list[dict]):
+    """The figure of ``rows`` (from ``render.leaderboard_rows``): one panel per N_f."""
     import matplotlib
     import numpy as np
     from matplotlib.figure import Figure
 
     nfs = suite.num_facts
-    log2vv = math.log2(max(suite.data["task"].get("vocab_size", 2) / 2, 2))
-    finite = [r for r in rows if r["state_size"]]
-    bits_all = [r["state_size"] * r["state_bits"] for r in finite] or [1024.0]
-    xmin = min(1.0, min(bits_all) / 100)
-    xmax = max(bits_all) * 10
-    fig = Figure(figsize=(8, 5), dpi=110)  # no pyplot: the user's backend is left alone
-    ax = fig.subplots()
-    cmap = matplotlib.colormaps["viridis"]
-    colors = {nf: cmap(i / max(1, len(nfs) - 1)) for i, nf in enumerate(nfs)}
-    _draw_bounds(ax, np.logspace(math.log10(xmin), math.log10(xmax), 400), nfs, colors, log2vv)
-    models = _draw_points(ax, finite, nfs, colors)
-    _label(ax, suite, nfs, colors, models, (xmin, xmax))
-    note = ("Dashed: Fano bound (Lem 4.5), accuracy <= (b·S + 1) / (N_f·log2(V/2)); the shaded "
-            "region above each curve is impossible for that N_f. Points: one per model and N_f.")
-    grows = sorted({r["model"] for r in rows if not r["state_size"]})
-    if grows:
-        note += f"\nNot shown (state grows with L): {', '.join(grows)}."
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.text(0.01, 0.01, note, fontsize=7, va="bottom", wrap=True)
+    log2vv = _log2_values(suite)
+    lo, hi = x_range(suite, rows)
+    xs = np.logspace(math.log10(lo), math.log10(hi), 400)
+    nrows = math.ceil(len(nfs) / PANELS_PER_ROW)
+    ncols = math.ceil(len(nfs) / nrows)
+    width, height = 2.9 * ncols + 2.0, 2.5 * nrows + 1.4
+    fig = Figure(figsize=(width, height), dpi=100)  # no pyplot: the user's backend is left alone
+    axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).ravel()
+    lines = _model_lines(rows)
+    cmap = matplotlib.colormaps["tab10"]
+    colors = {m: cmap(i % 10) for i, m in enumerate(lines)}
+    for ax, nf in zip(axes, nfs):
+        _draw_bound(ax, xs, nf, log2vv)
+        _draw_models(ax, lines, nf, colors)
+        ax.set_title(f"N_f = {nf}", fontsize=9)
+        ax.set_xscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(0, 1.05)
+        ax.grid(True, which="major", alpha=0.3)
+    for ax in axes[len(nfs):]:
+        ax.set_visible(False)
+    # margins in inches, so that labels, legends and the note keep their room at any size
+    fig.subplots_adjust(left=0.7 / width, right=1 - 1.9 / width, bottom=1.0 / height,
+                        top=1 - 0.55 / height, wspace=0.16, hspace=0.3)
+    fig.supxlabel("recurrent state size b·S (bits per sequence; log scale)", fontsize=9,
+                  y=0.55 / height)
+    fig.supylabel("test accuracy (top-1)", fontsize=9, x=0.1 / width)
+    fig.suptitle(_title(suite), fontsize=10, y=1 - 0.1 / height, va="top")
+    _legends(fig, lines, colors, 1 - 1.8 / width)
+    fig.text(0.1 / width, 0.05 / height, _note(suite, rows), fontsize=7, va="bottom", wrap=True)
+    return fig
+
+
+def png_bytes(fig) -> bytes:
+    """The figure as PNG bytes (no timestamp or software tag: the same figure, the same bytes)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def render_plot(suite: Suite, rows: list[dict], path: Path) -> Path:
+    """Write the figure of ``rows`` to ``path`` (PNG)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, metadata={"Software": None})
+    path.write_bytes(png_bytes(build_figure(suite, rows)))
     return path
