@@ -38,11 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "a fresh seed from the system's randomness, printed)")
     p.add_argument("--device", help="override train.device for the re-runs")
 
-    p = sub.add_parser("render", help="write a suite's README.md table and plot (refused, "
-                       "writing nothing, when any submission is invalid)")
+    p = sub.add_parser("render", help="write a suite's README.md table, plot and web page "
+                       "(index.html; refused, writing nothing, when any submission is invalid)")
     p.add_argument("suites", nargs="+", help="suite folders")
-    p.add_argument("--check", action="store_true", help="exit 1 if README.md is stale; write nothing")
-    p.add_argument("--no-plot", action="store_true", help="do not write the PNG")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 if README.md or index.html is stale; write nothing")
+    p.add_argument("--no-plot", action="store_true",
+                   help="do not write the PNG (the page is then written without its figure)")
 
 
 def _model_sets(items: list[str] | None) -> dict:
@@ -144,7 +146,7 @@ def _render(args) -> int:
             print(m)
         stale += not fresh
         if args.check and fresh:
-            print(f"{s}: README.md is up to date")
+            print(f"{s}: README.md and index.html are up to date")
     return 1 if stale else 0
 
 

@@ -9,7 +9,8 @@ The flow, one module per step::
     sub, suite, notes = validate_file(path)                # validate.py: hashes, grid, Fano
     entries = check_files([path])                          # board.py: ... and no duplicates
     verify(sub, suite, k, seed=None)                       # run.py: re-run k sampled points
-    render(suite.dir)                                      # render.py + plot.py: README, PNG
+    render(suite.dir)                                      # render.py, plot.py, page.py:
+                                                           # README, PNG, index.html
 
 Helpers: ``yaml_io`` (safe, size- and depth-limited YAML), ``checks`` (names, paths,
 bounded numbers, one-line errors), ``schema`` (every field's type and bounds),

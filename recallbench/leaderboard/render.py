@@ -4,8 +4,9 @@
 recomputed, state sizes recomputed by the adapters, duplicates refused) and refuses to
 render, naming the first refused file, when any fails; it then ranks one row per
 (submission, budget) with :func:`leaderboard_rows`, and writes README.md
-(:func:`render_markdown`) and the accuracy-vs-state plot (``plot.render_plot``); with
-``check`` it only compares README.md with what it would write.
+(:func:`render_markdown`), the accuracy-vs-state plot (``plot.render_plot``) and the
+suite's web page, index.html (``page``); with ``check`` it only compares README.md and the
+page with what it would write.
 
 Rows are ranked by recall capacity per state bit, N_f* / (b·S) (docs/theory.md, 'The
 law'); models without a finite state S come last.
@@ -36,15 +37,17 @@ RANKING_NOTE = (
     "with L (attention) have no S and are listed last.")
 
 
-def acc_by_nf(budget: Mapping) -> dict[int, float]:
-    """Mean over seeds of the best learning rate's accuracy, per N_f."""
-    out: dict[int, float] = {}
+def lr_means(budget: Mapping) -> dict[int, dict[float, float]]:
+    """Per N_f, the mean accuracy over seeds at each learning rate."""
     by: dict[int, dict[float, list[float]]] = {}
     for p in budget["points"]:
         by.setdefault(p["num_facts"], {}).setdefault(float(p["lr"]), []).append(p["correct"] / p["total"])
-    for nf, lrs in by.items():
-        out[nf] = max(sum(v) / len(v) for v in lrs.values())
-    return out
+    return {nf: {lr: sum(v) / len(v) for lr, v in lrs.items()} for nf, lrs in by.items()}
+
+
+def acc_by_nf(budget: Mapping) -> dict[int, float]:
+    """Mean over seeds of the best learning rate's accuracy, per N_f."""
+    return {nf: max(means.values()) for nf, means in lr_means(budget).items()}
 
 
 def fmt(x: Any, spec: str = ".3g") -> str:
@@ -96,20 +99,33 @@ def _intro_lines(suite: Suite) -> list[str]:
         "", RANKING_NOTE, ""]
 
 
-def _table_lines(suite: Suite, rows: list[dict]) -> list[str]:
-    """The ranked markdown table (a row of dashes when there are no submissions)."""
+def table(suite: Suite, rows: list[dict]
+          ) -> tuple[list[tuple[str, str]], list[list[tuple[str, Any]]]]:
+    """The ranked table: its columns as (key, header), and per row each cell's text and
+    its value for sorting (a number, or None where the column is text or the value missing)."""
     nfs = suite.num_facts
-    head = ["#", "model", "adapter", "budget", "state S (scalars)", "S_eff", "S_eff/S", "N_f*",
-            "N_f* per kbit", "Fano ratio"] + [f"acc N_f={nf}" for nf in nfs]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
+    head = [("rank", "#"), ("model", "model"), ("adapter", "adapter"), ("budget", "budget"),
+            ("state", "state S (scalars)"), ("s_eff", "S_eff"), ("s_eff_ratio", "S_eff/S"),
+            ("capacity", "N_f*"), ("per_kbit", "N_f* per kbit"), ("fano_ratio", "Fano ratio")]
+    head += [(f"acc_{nf}", f"acc N_f={nf}") for nf in nfs]
+    body = []
     for i, r in enumerate(rows, 1):
         state = str(r["state_size"]) if r["state_size"] is not None else "grows with L"
-        cells = [str(i), r["model"], r["adapter"], r["budget"], state, fmt(r["s_eff"], ".4g"),
-                 fmt(r["ratio"], ".3f"), fmt(r["capacity"], ".3g"),
-                 fmt(None if r["per_bit"] is None else r["per_bit"] * 1e3, ".3f"),
-                 fmt(r["bits_ratio"], ".3g")]
-        cells += [fmt(r["acc"].get(nf), ".3f") for nf in nfs]
-        lines.append("| " + " | ".join(cells) + " |")
+        per_kbit = None if r["per_bit"] is None else r["per_bit"] * 1e3
+        cells = [(str(i), i), (r["model"], None), (r["adapter"], None), (r["budget"], None),
+                 (state, r["state_size"]), (fmt(r["s_eff"], ".4g"), r["s_eff"]),
+                 (fmt(r["ratio"], ".3f"), r["ratio"]), (fmt(r["capacity"], ".3g"), r["capacity"]),
+                 (fmt(per_kbit, ".3f"), per_kbit), (fmt(r["bits_ratio"], ".3g"), r["bits_ratio"])]
+        cells += [(fmt(r["acc"].get(nf), ".3f"), r["acc"].get(nf)) for nf in nfs]
+        body.append(cells)
+    return head, body
+
+
+def _table_lines(suite: Suite, rows: list[dict]) -> list[str]:
+    """The ranked markdown table (a row of dashes when there are no submissions)."""
+    head, body = table(suite, rows)
+    lines = ["| " + " | ".join(h for _, h in head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
+    lines += ["| " + " | ".join(text for text, _ in cells) + " |" for cells in body]
     if not rows:
         lines.append("| " + " | ".join(["–"] * len(head)) + " |")
     return lines
@@ -118,6 +134,8 @@ def _table_lines(suite: Suite, rows: list[dict]) -> list[str]:
 def _submission_lines(suite: Suite, rows: list[dict]) -> list[str]:
     """The plot, the list of submission files, and how to add a model."""
     lines = ["", f"![accuracy against state size]({PLOT})", "",
+             "The same table, sortable, with the figure and a card per model: `index.html` "
+             "(self-contained; open it in a browser).", "",
              "Submissions (in `submissions/`; check with `recallbench leaderboard validate`):", ""]
     for r in rows:
         lib = r["library"]
@@ -136,7 +154,10 @@ def render_markdown(suite: Suite, rows: list[dict]) -> str:
     return "\n".join(_intro_lines(suite) + _table_lines(suite, rows) + _submission_lines(suite, rows))
 
 
-def _check_fresh(suite: Suite, text: str, rows: list[dict]) -> tuple[bool, list[str]]:
+def _check_fresh(suite: Suite, text: str, rows: list[dict], subs: list[tuple[Path, Mapping]]
+                 ) -> tuple[bool, list[str]]:
+    from recallbench.leaderboard.page import PAGE, stale_page
+
     readme = suite.dir / README
     msgs = []
     current = readme.read_text(encoding="utf-8") if readme.is_file() else None
@@ -146,12 +167,16 @@ def _check_fresh(suite: Suite, text: str, rows: list[dict]) -> tuple[bool, list[
     if rows and not (suite.dir / PLOT).is_file():
         fresh = False
         msgs.append(f"{suite.dir / PLOT} is missing: run `recallbench leaderboard render {suite.dir}`")
+    page = stale_page(suite, rows, subs, suite.dir / PAGE)
+    if page:
+        fresh = False
+        msgs.append(f"{page}: run `recallbench leaderboard render {suite.dir}`")
     return fresh, msgs
 
 
 def render(suite_dir: str | Path, *, check: bool = False, plot: bool = True
            ) -> tuple[bool, list[str]]:
-    """Write (or with ``check``, compare) the suite's README.md and plot.
+    """Write (or with ``check``, compare) the suite's README.md, plot and page (index.html).
 
     Returns (up_to_date, messages).  Every submission is validated first, with
     everything ``validate`` checks, so that nothing invalid is shown; one that fails is a
@@ -162,11 +187,16 @@ def render(suite_dir: str | Path, *, check: bool = False, plot: bool = True
     rows = leaderboard_rows(suite, subs)
     text = render_markdown(suite, rows)
     if check:
-        return _check_fresh(suite, text, rows)
+        return _check_fresh(suite, text, rows, subs)
     readme = suite.dir / README
     readme.write_text(text, encoding="utf-8")
     msgs = [f"wrote {readme} ({len(rows)} row(s))"]
     if plot:
         render_plot(suite, rows, suite.dir / PLOT)
         msgs.append(f"wrote {suite.dir / PLOT}")
+    from recallbench.leaderboard.page import PAGE, write_page
+
+    png = (suite.dir / PLOT).read_bytes() if plot else None
+    write_page(suite, rows, subs, suite.dir / PAGE, png)
+    msgs.append(f"wrote {suite.dir / PAGE}")
     return True, msgs
