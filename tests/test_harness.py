@@ -126,7 +126,7 @@ def test_cli_run_writes_result_and_accepts_several_sets(cli, tmp_path):
     (["--set", "model.d_stat=3"], "unknown key model.d_stat (did you mean d_state?)"),
     (["--set", "optim.lr=1"], "unknown section 'optim'"),
     (["--set", "model.adapter=mambaa"], "unknown adapter 'mambaa'; did you mean mamba"),
-    (["--set", "train.lr=-1"], "train.lr = -1.0 is not allowed: must be > 0"),
+    (["--set", "train.lr=-1"], "train.lr = -1 is not allowed: a number > 0, a list of 1 to 16 numbers > 0, or auto"),
     (["--set", "train.batch_size=abc"], "train.batch_size = 'abc' is not allowed: expected an integer"),
     (["--set", "model.head_pattern=mqa model.adapter=attention model.n_heads=2"],
      "model.head_pattern = 'mqa' is not allowed for adapter attention: one of mha"),

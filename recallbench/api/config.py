@@ -39,8 +39,19 @@ LIMITS: dict[str, int] = {
     "model.d_conv": 1024, "model.n_heads": 4096, "model.expand": 64,
     "train.max_steps": 10**9, "train.batch_size": 2**20, "train.val_size": 2**24,
     "train.test_size": 2**24, "train.val_every": 10**9, "train.top_k": 2**24,
-    "train.seed": 2**32 - 1, "train.threads": CPUS,
+    "train.seed": 2**32 - 1, "train.threads": CPUS, "train.patience": 10**9,
 }
+
+#: ``train.lr: auto``: the learning rates a search tries, a log grid over [1e-4, 3e-2]
+#: (the window in which Okpekpe & Orvieto (2025) find Mamba solves MQAR lies inside it)
+AUTO_LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+#: the most learning rates one search may try (each is a whole training run)
+MAX_LRS = 16
+#: train keys left out of the resolved config (and so of its hash) while they are null:
+#: keys added after the first records, whose null is the behaviour of those records
+OMITTED_WHEN_NULL = ("patience",)
+LR_FORMS = (f"a number > 0, a list of 1 to {MAX_LRS} numbers > 0, or auto "
+            f"(the log grid {', '.join(f'{x:g}' for x in AUTO_LRS)})")
 
 
 def check_limit(field: str, value: float, lo: float | None = None, why: str = "") -> None:
@@ -71,12 +82,28 @@ class ModelConfig:
 
 @dataclasses.dataclass
 class TrainConfig:
-    max_steps: int = 2000
+    max_steps: int = 2000  # the cap: a run stops earlier at early_stop or on a plateau
     batch_size: int = 64
-    lr: float = 1e-2  # the paper's code
+    #: a number (the paper's code: 1e-2), or a search: a list of numbers or "auto"
+    #: (:data:`AUTO_LRS`); a search trains every candidate and keeps the best by
+    #: validation accuracy (:mod:`recallbench.harness.lr_search`).  Resolved to a sorted
+    #: list without duplicates ("auto" to its grid); a list of one is that number.
+    lr: Any = 1e-2  # float | list[float] | "auto", checked by check_lr (one message)
     weight_decay: float = 0.0
     seed: int = 0
     early_stop: float | None = 0.999  # stop once validation accuracy exceeds this; null: never
+    #: validations without an improvement of the best validation accuracy by more than
+    #: :data:`recallbench.harness.convergence.MIN_DELTA` before the run stops as converged
+    #: (a plateau); null: never.  Default null, for three reasons: it is the behaviour of
+    #: every record made before patience existed, so their config hashes (stores,
+    #: baselines, leaderboard submissions) stay valid (a null patience is left out of the
+    #: resolved config); MQAR training often sits on a plateau for hundreds of steps before
+    #: a sudden jump, which a short patience would cut; and with the warmup → flat →
+    #: cosine schedule a plateau of the flat phase is often lifted by the decay, which a
+    #: run stopped early never reaches.  Either way the record says whether the run
+    #: converged (see :mod:`recallbench.harness.convergence`); set e.g. 20 (500 steps at
+    #: val_every 25) with a large max_steps to train "until converged".
+    patience: int | None = None
     val_size: int = 512  # fixed validation sequences
     test_size: int = 2048  # fixed test sequences
     threads: int | None = None  # CPU threads; null: pick the fastest for the model size
@@ -93,8 +120,9 @@ class TrainConfig:
     def validate(self) -> None:
         check_limit("train.max_steps", self.max_steps, 0)
         check_limit("train.batch_size", self.batch_size, 1)
-        if not self.lr > 0:
-            fail("train.lr", self.lr, "must be > 0")
+        self.lr = check_lr(self.lr)
+        if self.patience is not None:
+            check_limit("train.patience", self.patience, 1, "(validations), or null")
         check_range("train.weight_decay", self.weight_decay, 0.0)
         check_limit("train.seed", self.seed, 0, "(seeds are 32-bit)")
         if self.early_stop is not None:
@@ -118,6 +146,24 @@ class TrainConfig:
         check_limit("train.top_k", self.top_k, 1)
 
 
+def check_lr(lr: Any) -> float | list[float]:
+    """``train.lr`` in its resolved form: a number > 0, or a sorted list of 2 to
+    :data:`MAX_LRS` distinct numbers > 0 (``"auto"``: :data:`AUTO_LRS`); ConfigError else."""
+    if lr == "auto":
+        return list(AUTO_LRS)
+    values = lr if isinstance(lr, list) else [lr]
+    if (isinstance(lr, str) or not 1 <= len(values) <= MAX_LRS
+            or not all(is_number(v) and 0 < v < 1e300 for v in values)):
+        fail("train.lr", lr, LR_FORMS)
+    values = sorted({float(v) for v in values})
+    return values if len(values) > 1 else values[0]
+
+
+def lr_text(lr: float | list[float]) -> str:
+    """A resolved ``train.lr`` for a message: ``0.01`` or ``[0.001, 0.01]``."""
+    return f"[{', '.join(f'{x:g}' for x in lr)}]" if isinstance(lr, list) else f"{lr:g}"
+
+
 DEFAULT_TASK: dict[str, Any] = {"name": "mqar", "vocab_size": 128, "seq_len": 64, "num_facts": 16}
 
 
@@ -134,10 +180,12 @@ class RunConfig:
         return type(self.task).name
 
     def to_dict(self) -> dict[str, Any]:
+        train = {k: v for k, v in dataclasses.asdict(self.train).items()
+                 if not (k in OMITTED_WHEN_NULL and v is None)}
         return {
             "task": {"name": self.task_name, **self.task.params()},
             "model": dataclasses.asdict(self.model),
-            "train": dataclasses.asdict(self.train),
+            "train": train,
         }
 
     def hash(self) -> str:

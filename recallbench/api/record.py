@@ -4,7 +4,15 @@ Schema ``recallbench.result/1`` (every key always present)::
 
     schema, status ("ok" | "failed"), error (null or a one-line reason),
     accuracy, accuracy_topk, top_k, correct, correct_topk, total,
-    val_accuracy (best validation accuracy), best_step, converged,
+    val_accuracy (best validation accuracy), best_step,
+    converged (true: stopped at early_stop or on a plateau, or reached max_steps on a
+    plateau; false: cut by max_steps while still improving, so a lower bound; true for an
+    evaluation-only model), stop_reason ("early_stop" | "plateau" | "max_steps" | null),
+    steps_to ({"0.5", "0.9", "0.99"} → the first validation step whose accuracy reached
+    that level, or null; :mod:`recallbench.harness.convergence`),
+    lr (the learning rate of the model scored), lr_search (null for a single lr; for a
+    list or auto, one entry per candidate ``{lr, val_accuracy, steps, converged,
+    error}``, :mod:`recallbench.harness.lr_search`),
     state_size (scalars per sequence; null when it grows with L), state_note,
     state_bits (bits per state scalar, from the dtype), info_bits (what the
     queries ask for: N_f · log2 V_v), params, steps, train_s, wall_s, threads,
@@ -69,8 +77,10 @@ def node() -> dict[str, str | None]:
 
 
 def make_record(cfg, adapter, model, test: dict[str, Any], *, steps: int, train_s: float,
-                val_accuracy: float | None, best_step: int, device: torch.device) -> dict:
-    early = cfg.train.early_stop
+                val_accuracy: float | None, best_step: int, device: torch.device,
+                convergence: dict[str, Any]) -> dict:
+    """The record of a trained (or evaluated) model; ``convergence``: the
+    ``converged``, ``stop_reason`` and ``steps_to`` of its validation history."""
     dtype = next(model.parameters()).dtype
     return {
         "schema": SCHEMA,
@@ -84,7 +94,11 @@ def make_record(cfg, adapter, model, test: dict[str, Any], *, steps: int, train_
         "total": int(test["total"]),
         "val_accuracy": val_accuracy,
         "best_step": best_step,
-        "converged": bool(val_accuracy is not None and early is not None and val_accuracy >= early),
+        "converged": bool(convergence["converged"]),
+        "stop_reason": convergence["stop_reason"],
+        "steps_to": convergence["steps_to"],
+        "lr": cfg.train.lr,
+        "lr_search": None,
         "state_size": adapter.state_size(),
         "state_note": adapter.state_note(),
         "state_bits": DTYPE_BITS.get(dtype, 32),

@@ -122,10 +122,14 @@ def _summary(record: dict, cfg) -> None:
           f"top-{record['top_k']} {record['accuracy_topk']:.4f}")
     print(f"state_size {state} | params {record['params']} | steps {record['steps']} | "
           f"wall {record['wall_s']:.1f}s | seed {record['seed']} | {record['device']}")
+    print(f"lr {record['lr']:g}"
+          + (f" (best of {len(record['lr_search'])} by validation)" if record["lr_search"] else "")
+          + f" | {'converged' if record['converged'] else 'NOT converged'} "
+          f"({record['stop_reason']})")
 
 
 def _run(args) -> int:
-    from recallbench.api.config import apply_overrides, load_yaml, resolve
+    from recallbench.api.config import apply_overrides, load_yaml, lr_text, resolve
 
     out = Path(args.out) if args.out else None
     if out is not None:
@@ -144,7 +148,7 @@ def _run(args) -> int:
         record = run(cfg, progress=False if args.quiet else None)
     except DivergedError as exc:
         where, why = save_record(failed_record(cfg, str(exc)), out)
-        print(f"recallbench: run diverged: {exc} with train.lr = {cfg.train.lr:g} "
+        print(f"recallbench: run diverged: {exc} with train.lr = {lr_text(cfg.train.lr)} "
               f"(try a lower one); failed record written to {where}"
               + (f" (not --out: {why})" if why else ""), file=sys.stderr)
         return EXIT_DIVERGED

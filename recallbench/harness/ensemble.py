@@ -21,11 +21,16 @@ per member:
 * **Gradient clipping**: each member's global gradient norm (over all its parameters) is
   clipped to its own ``grad_clip`` (the formula of ``torch.nn.utils.clip_grad_norm_``),
   so a member with a huge gradient does not scale the others.
-* **Validation, best weights and early stop**: every ``val_every`` steps each active member
-  is validated; its best weights are kept; a member whose validation accuracy exceeds its
-  ``early_stop`` (strictly, as Lightning's EarlyStopping) is frozen: it stops drawing
-  data and updating, and its record reports the step it stopped at.  A member whose loss
-  becomes NaN/inf is frozen and gets a ``failed`` record; the others go on.
+* **Validation, best weights, early stop and patience**: every ``val_every`` steps each
+  active member is validated; its best weights are kept; a member whose validation
+  accuracy exceeds its ``early_stop`` (strictly, as Lightning's EarlyStopping) or that
+  reaches a plateau (its ``patience``; :mod:`recallbench.harness.convergence`, as the single
+  run) is frozen: it stops drawing data and updating, and its record reports the step it
+  stopped at.  A member whose loss becomes NaN/inf is frozen and gets a ``failed``
+  record; the others go on.
+* **Learning-rate searches**: a config whose ``train.lr`` is a list adds one member per
+  learning rate; its record is its best member's by validation accuracy, and only that
+  member is scored on the test set (:mod:`recallbench.harness.lr_search`).
 * **Records**: :func:`recallbench.api.record.make_record` of each member's best weights on the
   test set, plus ``"ensemble": K``.  ``train_s`` is the wall time of the batched training
   until that member stopped (shared by the K members, not divided), ``wall_s`` the whole
@@ -33,7 +38,7 @@ per member:
 
 Which configs may be batched (:func:`shape_key`): everything must be equal except the
 keys in :data:`MEMBER_KEYS` (``train.seed, lr, weight_decay, label_smoothing, grad_clip,
-early_stop``) and the execution-only keys ``train.threads`` and ``train.progress``
+early_stop, patience``) and the execution-only keys ``train.threads`` and ``train.progress``
 (the ensemble uses one thread count: the first config's, else 1, see :func:`ensemble_threads`).
 
 Modules: :mod:`~recallbench.harness.ensemble_shape` (which configs batch, threads),
@@ -70,11 +75,14 @@ import torch
 from recallbench.api.config import RunConfig
 from recallbench.api.record import failed_record, make_record
 from recallbench.api.registry import ADAPTERS
+from recallbench.harness.convergence import History
 from recallbench.harness.ensemble_model import StackedModels
 from recallbench.harness.ensemble_shape import (MEMBER_KEYS, EnsembleError, as_config,
                                                 check_same_shape, ensemble_threads,
                                                 group_by_shape, shape_key)
 from recallbench.harness.ensemble_train import Outcome, train
+from recallbench.harness.lr_search import announce as announce_entry
+from recallbench.harness.lr_search import candidates, choose, entry, searched_record
 from recallbench.harness.train import cpu_threads, pick_device
 
 __all__ = ["EnsembleError", "MEMBER_KEYS", "ensemble_threads", "group_by_shape",
@@ -82,17 +90,21 @@ __all__ = ["EnsembleError", "MEMBER_KEYS", "ensemble_threads", "group_by_shape",
 
 
 def run_ensemble(configs: Sequence[RunConfig | Mapping[str, Any]], progress: bool = False,
-                 on_step=None) -> list[dict[str, Any]]:
+                 on_step=None, announce: bool = False) -> list[dict[str, Any]]:
     """Train K configs of one shape (see :func:`shape_key`) as one batched model.
 
     Returns one result record per config, in order (schema of :func:`train.run`, plus
-    ``"ensemble": K``).  ``on_step(step, members, losses)`` is called after every step
-    (members: the indices trained in it; losses: their training losses).
+    ``"ensemble": K``, the members trained).  ``on_step(step, members, losses)`` is called
+    after every step (members: the indices trained in it; losses: their training losses).
+    A config with a list of learning rates is a search: one member per lr, one record;
+    ``announce`` prints one line per candidate.
     """
-    cfgs = [as_config(c) for c in configs]
-    if not cfgs:
+    searches = [as_config(c) for c in configs]
+    if not searches:
         return []
-    check_same_shape(cfgs)
+    check_same_shape(searches)
+    owner = [i for i, c in enumerate(searches) for _ in candidates(c)]
+    cfgs = [m for c in searches for m in candidates(c)]
     ADAPTERS.require(cfgs[0].model.adapter)
     device = pick_device(cfgs[0].train.device)
     threads = ensemble_threads(cfgs) if device.type == "cpu" else torch.get_num_threads()
@@ -105,7 +117,7 @@ def run_ensemble(configs: Sequence[RunConfig | Mapping[str, Any]], progress: boo
         tc = cfgs[0].train
         out = train(ens, show=progress, on_step=on_step) \
             if ens.trainable and tc.max_steps > 0 else None
-        records = _records(ens, out, ens.score(ens.test_set, None, tc.top_k))
+        records = _searched(ens, out, searches, owner, announce)
     wall = round(time.perf_counter() - start, 3)
     for rec in records:
         rec["wall_s"] = wall
@@ -113,20 +125,54 @@ def run_ensemble(configs: Sequence[RunConfig | Mapping[str, Any]], progress: boo
     return records
 
 
-def _records(ens: StackedModels, out: Outcome | None, tests: list[dict]) -> list[dict]:
-    """Each member's record from its best weights (``out`` None: nothing was trained)."""
+def _searched(ens: StackedModels, out: Outcome | None, searches: list[RunConfig],
+              owner: list[int], show: bool) -> list[dict]:
+    """One record per config: a single member's, or a search's best member's (by
+    validation accuracy); only those members are scored on the test set."""
+    chosen, entries = [], []
+    for i, cfg in enumerate(searches):
+        members = [k for k, o in enumerate(owner) if o == i]
+        found = [_entry(ens, out, k) for k in members]
+        for j, e in enumerate(found):
+            announce_entry(show and len(members) > 1, e, j, len(members))
+        best = choose(found)
+        chosen.append(members[best if best is not None else 0])
+        entries.append(found)
+    tests = ens.score(ens.test_set, torch.tensor(chosen, device=ens.device), ens.cfgs[0].train.top_k)
     records = []
-    for k, cfg in enumerate(ens.cfgs):
-        if out is not None and out.failed[k] is not None:
-            rec = failed_record(cfg, out.failed[k])
-        elif out is None:
-            rec = make_record(cfg, ens.adapters[k], ens.member_model(k), tests[k], steps=0,
-                              train_s=0.0, val_accuracy=None, best_step=0, device=ens.device)
-        else:
-            val = out.best_val[k] if out.best_state[k] is not None else None
-            rec = make_record(cfg, ens.adapters[k], ens.member_model(k), tests[k],
-                              steps=out.steps[k], train_s=out.stop_s[k], val_accuracy=val,
-                              best_step=out.best_step[k], device=ens.device)
+    for i, cfg in enumerate(searches):
+        rec = _record(ens, out, chosen[i], tests[i])
+        if isinstance(cfg.train.lr, list):
+            if rec["status"] == "ok":
+                batch_s = max(out.stop_s[k] for k, o in enumerate(owner) if o == i) if out else 0.0
+                rec = searched_record(rec, cfg, entries[i], batch_s)
+            else:
+                rec = failed_record(cfg, f"every learning rate of {len(entries[i])} diverged "
+                                         f"(first: {entries[i][0]['error']})")
         rec["ensemble"] = ens.K
         records.append(rec)
     return records
+
+
+def _entry(ens: StackedModels, out: Outcome | None, k: int) -> dict:
+    """Member ``k`` as a candidate of a learning-rate search."""
+    lr = ens.cfgs[k].train.lr
+    if out is None:
+        return entry(lr, None, 0, True)
+    val = out.best_val[k] if out.best_state[k] is not None else None
+    return entry(lr, val, out.steps[k], out.history[k].summary()["converged"], out.failed[k])
+
+
+def _record(ens: StackedModels, out: Outcome | None, k: int, test: dict) -> dict:
+    """Member ``k``'s record from its best weights (``out`` None: nothing was trained)."""
+    cfg, adapter = ens.cfgs[k], ens.adapters[k]
+    if out is not None and out.failed[k] is not None:
+        return failed_record(cfg, out.failed[k])
+    if out is None:
+        return make_record(cfg, adapter, ens.member_model(k), test, steps=0, train_s=0.0,
+                           val_accuracy=None, best_step=0, device=ens.device,
+                           convergence=History(None, None).summary(adapter.trainable))
+    val = out.best_val[k] if out.best_state[k] is not None else None
+    return make_record(cfg, adapter, ens.member_model(k), test, steps=out.steps[k],
+                       train_s=out.stop_s[k], val_accuracy=val, best_step=out.best_step[k],
+                       device=ens.device, convergence=out.history[k].summary(adapter.trainable))

@@ -16,7 +16,8 @@ from recallbench.api.errors import ConfigError
 from recallbench.harness.train import TINY_CHANNELS
 
 #: train keys that may differ between the members of one ensemble
-MEMBER_KEYS = ("seed", "lr", "weight_decay", "label_smoothing", "grad_clip", "early_stop")
+MEMBER_KEYS = ("seed", "lr", "weight_decay", "label_smoothing", "grad_clip", "early_stop",
+               "patience")
 #: execution-only train keys ignored by shape_key (the ensemble picks one value); the
 #: device is not among them
 IGNORED_KEYS = tuple(k for k in EXECUTION_KEYS["train"] if k != "device")
@@ -43,7 +44,7 @@ def shape_key(cfg: RunConfig | Mapping[str, Any]) -> str:
     Equal: the task, the whole model section, and train's max_steps, batch_size,
     val_size, test_size, val_every, warmup_frac, decay_frac, betas, top_k and device.
     Free per member: ``MEMBER_KEYS`` (seed, lr, weight_decay, label_smoothing,
-    grad_clip, early_stop).  Ignored: threads, progress.
+    grad_clip, early_stop, patience).  Ignored: threads, progress.
     """
     return sha256_of(_shape_dict(as_config(cfg)))[:16]
 

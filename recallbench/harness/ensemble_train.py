@@ -4,8 +4,9 @@ Every step: each active member draws its own batch (its single run's stream), th
 forward gives each member's mean label-smoothed cross-entropy, one backward pass gives
 all gradients, and :class:`StackedAdamW` updates every member with its own lr, weight
 decay and gradient clip.  Every ``val_every`` steps the active members are validated;
-each keeps its best weights, and stops (frozen, no more data or updates) when it passes
-its ``early_stop`` or its loss is no longer finite.
+each keeps its best weights and its own :class:`~recallbench.harness.convergence.History`,
+and stops (frozen, no more data or updates) when it passes its ``early_stop``, reaches a
+plateau (its ``patience``) or its loss is no longer finite.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import torch
 
 from recallbench.api.config import RunConfig
 from recallbench.api.task import IGNORE
+from recallbench.harness.convergence import History
 from recallbench.harness.data import TRAIN_STREAM, make_generator
 from recallbench.harness.ensemble_model import StackedModels, Tensors, take
 from recallbench.harness.schedule import warmup_flat_cosine
@@ -95,10 +97,13 @@ class Outcome:
     best_step: list[int]
     best_state: list[Tensors | None]
     failed: list[str | None]  # why the member failed (its loss became non-finite)
+    history: list[History]  # each member's validations, stopping rule and convergence
 
     @classmethod
-    def start(cls, K: int) -> "Outcome":
-        return cls([True] * K, [0] * K, [0.0] * K, [-1.0] * K, [0] * K, [None] * K, [None] * K)
+    def start(cls, cfgs: list[RunConfig]) -> "Outcome":
+        K = len(cfgs)
+        return cls([True] * K, [0] * K, [0.0] * K, [-1.0] * K, [0] * K, [None] * K, [None] * K,
+                   [History(c.train.early_stop, c.train.patience) for c in cfgs])
 
     def stop(self, k: int, step: int, t0: float) -> None:
         self.active[k] = False
@@ -141,7 +146,8 @@ def _loss_and_grads(ens: StackedModels, x, y, idx, smoothing):
 
 
 def _validate(ens: StackedModels, out: Outcome, step: int, members: list[int], t0: float) -> None:
-    """Score ``members`` on the validation set: keep best weights, apply early stop."""
+    """Score ``members`` on the validation set: keep best weights, stop those whose
+    History says so (early stop, plateau)."""
     idx = None if len(members) == ens.K else torch.tensor(members, device=ens.device)
     scores = ens.score(ens.val_set, idx, ens.cfgs[0].train.top_k)
     for j, k in enumerate(members):
@@ -149,8 +155,7 @@ def _validate(ens: StackedModels, out: Outcome, step: int, members: list[int], t
         if acc > out.best_val[k]:
             out.best_val[k], out.best_step[k] = acc, step
             out.best_state[k] = {n: v[k].clone() for n, v in ens.params.items()}
-        stop = ens.cfgs[k].train.early_stop
-        if stop is not None and acc > stop and out.active[k]:
+        if out.history[k].add(step, acc) and out.active[k]:
             out.stop(k, step, t0)
 
 
@@ -161,7 +166,7 @@ def train(ens: StackedModels, show: bool = False, on_step=None) -> Outcome:
     opt = StackedAdamW(cfgs, ens.params, dev)
     smoothing = _member_tensor(cfgs, lambda t: t.label_smoothing, dev)
     gens = [make_generator(TRAIN_STREAM, c.train.seed, 0, 0) for c in cfgs]
-    out, last_val, t0 = Outcome.start(K), -1, time.perf_counter()
+    out, last_val, t0 = Outcome.start(cfgs), -1, time.perf_counter()
     bar = _progress(tc.max_steps, K) if show else None
     for step in range(tc.max_steps):
         members = [k for k in range(K) if out.active[k]]

@@ -4,7 +4,9 @@ Loss: cross-entropy on labelled positions only, with optional label smoothing.
 Optimizer: AdamW with the paper's betas (0.9, 0.95); schedule warmup → flat →
 cosine to 0 (:mod:`recallbench.harness.schedule`), stepped every optimizer step.
 Validation keeps the best weights seen (in memory) so that the test set is
-scored on the best-validation model, as the paper reports.
+scored on the best-validation model, as the paper reports, and adds to the run's
+:class:`~recallbench.harness.convergence.History`, which stops the run at ``early_stop``
+or on a plateau (``train.patience``) and judges whether it converged.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import torch
 from lightning import LightningModule
 
 from recallbench.api.config import TrainConfig
+from recallbench.harness.convergence import History
 from recallbench.harness.loop import asked, labelled_loss
 from recallbench.harness.metrics import RecallAccuracy
 from recallbench.harness.model import RecallModel
@@ -34,6 +37,7 @@ class RecallModule(LightningModule):
         self.best_step = 0
         self.best_state: dict[str, torch.Tensor] | None = None
         self.last_val_step = -1
+        self.history = History(train.early_stop, train.patience)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B, L, V)
         return self.model(tokens)
@@ -57,12 +61,14 @@ class RecallModule(LightningModule):
         if acc > self.best_val:
             self.best_val, self.best_step = acc, self.global_step
             self.best_state = copy.deepcopy(self.model.state_dict())
+        if self.history.add(self.global_step, acc):
+            self.trainer.should_stop = True
         self.log("val_accuracy", acc, prog_bar=True, logger=False)
 
     def configure_optimizers(self):
         cfg = self.train_cfg
         params = [p for p in self.model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas),
+        opt = torch.optim.AdamW(params, lr=float(cfg.lr), betas=tuple(cfg.betas),
                                 weight_decay=cfg.weight_decay)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda step: warmup_flat_cosine(step, cfg.max_steps, cfg.warmup_frac,

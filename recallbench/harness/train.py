@@ -4,7 +4,11 @@
 
 The record is plain JSON (schema ``recallbench.result/1``, see
 :func:`recallbench.api.record.make_record`): accuracy with its counts, state size,
-parameters, steps, wall time, the resolved config and its hash.
+parameters, steps, wall time, whether the run converged, the resolved config and its hash.
+A ``train.lr`` that is a list (or ``auto``) is a learning-rate search
+(:mod:`recallbench.harness.lr_search`): every candidate is trained, the best by validation
+accuracy is scored on the test set.  The run stops at ``early_stop``, on a plateau
+(``train.patience``) or at ``max_steps`` (:mod:`recallbench.harness.convergence`).
 
 Before anything is allocated, the run's memory is estimated and a run that would not
 fit is refused (:func:`recallbench.harness.resources.check_memory`, a ConfigError).  A
@@ -13,6 +17,7 @@ run whose loss becomes NaN or infinite raises :class:`recallbench.harness.module
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 import warnings
@@ -101,14 +106,19 @@ def run(config: RunConfig | Mapping[str, Any] | None = None, progress: bool | No
         ) -> dict[str, Any]:
     """Train and test one configuration; returns the result record (a dict)."""
     cfg = config if isinstance(config, RunConfig) else resolve(config)
-    adapter_cls = ADAPTERS.require(cfg.model.adapter)
+    ADAPTERS.require(cfg.model.adapter)
     device = pick_device(cfg.train.device)
     check_memory(cfg, str(device))
     threads = pick_threads(cfg) if device.type == "cpu" else torch.get_num_threads()
     show = cfg.train.progress if progress is None else progress
     start = time.perf_counter()
     with cpu_threads(threads), quiet_lightning():
-        record = _run(cfg, adapter_cls, device, show)
+        if isinstance(cfg.train.lr, list):
+            from recallbench.harness.lr_search import run_search
+
+            record = run_search(cfg, device, show)
+        else:
+            record = run_one(cfg, device, show)
     record["wall_s"] = round(time.perf_counter() - start, 3)
     record["threads"] = threads if device.type == "cpu" else None
     return record
@@ -170,9 +180,44 @@ def _ctrl_c_kept(trainer):
         raise KeyboardInterrupt from None
 
 
-def _run(cfg: RunConfig, adapter_cls, device: torch.device, show: bool) -> dict[str, Any]:
+@dataclasses.dataclass
+class Trained:
+    """A trained model (best-validation weights restored), not yet scored on the test set."""
+
+    cfg: RunConfig
+    adapter: Any
+    model: RecallModel
+    module: Any  # its RecallModule: best validation accuracy, step and History
+    test_set: tuple[torch.Tensor, torch.Tensor]
+    steps: int
+    train_s: float
+
+    @property
+    def val_accuracy(self) -> float | None:
+        return self.module.best_val if self.module.best_state is not None else None
+
+    def convergence(self) -> dict[str, Any]:
+        return self.module.history.summary(self.adapter.trainable)
+
+    def record(self, device: torch.device) -> dict[str, Any]:
+        """Score the model on the test set: its record (without ``wall_s``, ``threads``)."""
+        self.model.to(device)
+        test = score(self.model, self.test_set, self.cfg.train.top_k, device)
+        return make_record(self.cfg, self.adapter, self.model, test, steps=self.steps,
+                           train_s=self.train_s, val_accuracy=self.val_accuracy,
+                           best_step=self.module.best_step, device=device,
+                           convergence=self.convergence())
+
+
+def run_one(cfg: RunConfig, device: torch.device, show: bool) -> dict[str, Any]:
+    """Train one learning rate and test: the record without ``wall_s`` and ``threads``."""
+    return train_one(cfg, device, show).record(device)
+
+
+def train_one(cfg: RunConfig, device: torch.device, show: bool) -> Trained:
+    """Train one learning rate; the best-validation weights are restored, the test set
+    is not touched."""
     from lightning import Trainer
-    from lightning.pytorch.callbacks import EarlyStopping
 
     from recallbench.harness.module import RecallModule
 
@@ -184,11 +229,7 @@ def _run(cfg: RunConfig, adapter_cls, device: torch.device, show: bool) -> dict[
     train_s = 0.0
     steps = 0
     if adapter.trainable and tc.max_steps > 0:
-        callbacks = _step_bar() if show else []
-        if tc.early_stop is not None:
-            callbacks.append(EarlyStopping(monitor="val_accuracy", mode="max", patience=10**9,
-                                           stopping_threshold=tc.early_stop,
-                                           check_on_train_epoch_end=False))
+        callbacks = _step_bar() if show else []  # the module's History stops the run
         trainer = Trainer(
             accelerator="gpu" if device.type == "cuda" else "cpu",
             devices=[device.index or 0] if device.type == "cuda" else 1,
@@ -205,8 +246,4 @@ def _run(cfg: RunConfig, adapter_cls, device: torch.device, show: bool) -> dict[
                 trainer.validate(module, datamodule=dm, verbose=False)
         train_s = time.perf_counter() - t0
         module.restore_best()
-    model.to(device)
-    test = score(model, dm.test_set, tc.top_k, device)
-    val_best = module.best_val if module.best_state is not None else None
-    return make_record(cfg, adapter, model, test, steps=steps, train_s=train_s,
-                       val_accuracy=val_best, best_step=module.best_step, device=device)
+    return Trained(cfg, adapter, model, module, dm.test_set, steps, train_s)

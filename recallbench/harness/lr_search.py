@@ -1,0 +1,138 @@
+"""A learning-rate search: ``train.lr`` as a list (or ``auto``) trains every candidate and
+keeps the best.
+
+    record = run({"train": {"lr": [3e-4, 1e-2]}, ...})
+    record["lr"], record["lr_search"]    # 0.01, [{lr: 0.0003, ...}, {lr: 0.01, ...}]
+
+One fixed learning rate under-trains some layers: Mamba solves MQAR only inside a narrow
+lr window (Okpekpe & Orvieto, 2025), and Zoology and MAD-lab keep the best of a sweep.
+
+* **Candidates**: one config per learning rate, equal in everything else (the same seed,
+  so the same initial weights and batches): :func:`candidates`.
+* **Selection** by VALIDATION accuracy (the best a candidate reached), never by the test
+  set: the highest wins; ties go to fewer steps (the faster to converge), then the smaller
+  lr (:func:`choose`).  A candidate whose loss became NaN/inf has no accuracy and is never
+  chosen; if every candidate diverged, the run diverged.
+* **Test**: only the chosen model is scored on the test set.
+* **Record**: the chosen candidate's record (accuracy, steps, convergence, ``lr``) with the
+  search's own config and hash (the list is part of the config: another search is another
+  point), ``lr_search``: one entry per candidate ``{lr, val_accuracy, steps, converged,
+  error}``, and ``train_s`` the whole search's training time.
+* **Batched**: where the adapter's blocks vmap, the candidates train as the members of one
+  batched ensemble (:mod:`recallbench.harness.ensemble`: per-member learning rates),
+  when K times one run's memory estimate fits; otherwise one after another.  The two
+  paths train the same models up to floating-point order (the ensemble's fused read-out
+  and stacked AdamW), so their validation accuracies agree closely, and they choose the
+  same lr unless two candidates are within that noise of each other.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any, Sequence
+
+import torch
+
+from recallbench.api.config import RunConfig
+from recallbench.api.errors import reason
+
+ENTRY_KEYS = ("lr", "val_accuracy", "steps", "converged", "error")
+
+
+def candidates(cfg: RunConfig) -> list[RunConfig]:
+    """One config per learning rate of a search (a single lr: the config itself)."""
+    lrs = cfg.train.lr if isinstance(cfg.train.lr, list) else [cfg.train.lr]
+    return [dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, lr=lr)) for lr in lrs]
+
+
+def entry(lr: float, val_accuracy: float | None, steps: int, converged: bool,
+          error: str | None = None) -> dict[str, Any]:
+    """One candidate of ``lr_search``."""
+    return {"lr": lr, "val_accuracy": val_accuracy, "steps": steps,
+            "converged": bool(converged), "error": error}
+
+
+def choose(entries: Sequence[dict]) -> int | None:
+    """Index of the best candidate: the highest validation accuracy, then fewer steps, then
+    the smaller lr; None when no candidate has an accuracy (all diverged)."""
+    ok = [i for i, e in enumerate(entries) if e["val_accuracy"] is not None]
+    if not ok:
+        return None
+    return max(ok, key=lambda i: (entries[i]["val_accuracy"], -entries[i]["steps"],
+                                  -entries[i]["lr"]))
+
+
+def searched_record(record: dict, cfg: RunConfig, entries: list[dict], train_s: float) -> dict:
+    """The chosen candidate's record as the search's: its config and hash, the entries."""
+    record.update(config=cfg.to_dict(), config_hash=cfg.hash(), lr_search=entries,
+                  train_s=round(train_s, 3))
+    return record
+
+
+def announce(show: bool, e: dict, i: int, n: int) -> None:
+    """One progress line per candidate (stderr)."""
+    if not show:
+        return
+    how = (f"diverged ({e['error']})" if e["error"] else
+           f"val {e['val_accuracy']:.4f}, {e['steps']} steps, "
+           f"{'converged' if e['converged'] else 'not converged'}")
+    print(f"lr search [{i + 1}/{n}] lr={e['lr']:g}: {how}", file=sys.stderr, flush=True)
+
+
+def run_search(cfg: RunConfig, device: torch.device, show: bool,
+               batched: bool | None = None) -> dict[str, Any]:
+    """Train every candidate of ``cfg``'s lr list and test the best.  ``batched``: True
+    trains them as one ensemble (EnsembleError if the adapter does not vmap), False one by
+    one, None batched where the adapter vmaps and the memory allows."""
+    from recallbench.harness.ensemble import EnsembleError, run_ensemble
+    from recallbench.harness.module import DivergedError
+
+    cands = candidates(cfg)
+    if batched is None:
+        batched = fits_batched(cfg, device, len(cands))
+    if batched is not False:
+        try:
+            rec = run_ensemble([cfg], progress=False, announce=show)[0]
+        except EnsembleError:
+            if batched:
+                raise
+        else:
+            if rec["status"] != "ok":
+                raise DivergedError(rec["error"])
+            return rec
+    return _sequential(cfg, cands, device, show)
+
+
+def _sequential(cfg: RunConfig, cands: list[RunConfig], device: torch.device, show: bool
+                ) -> dict[str, Any]:
+    """The candidates one after another; the best so far is kept, the others dropped."""
+    from recallbench.harness.module import DivergedError
+    from recallbench.harness.train import train_one
+
+    entries, best, train_s = [], None, 0.0
+    for i, c in enumerate(cands):
+        try:
+            t = train_one(c, device, False)
+        except DivergedError as exc:
+            entries.append(entry(c.train.lr, None, 0, False, reason(exc)))
+        else:
+            train_s += t.train_s
+            entries.append(entry(c.train.lr, t.val_accuracy, t.steps,
+                                 t.convergence()["converged"]))
+            if choose(entries) == i:
+                best = t
+        announce(show, entries[-1], i, len(cands))
+    if best is None:
+        raise DivergedError(f"every learning rate of {len(cands)} diverged "
+                            f"(first: {entries[0]['error']})")
+    return searched_record(best.record(device), cfg, entries, train_s)
+
+
+def fits_batched(cfg: RunConfig, device: torch.device, k: int) -> bool:
+    """Whether K candidates fit in memory at once (K times one run's estimate)."""
+    from recallbench.harness.resources import estimate, host_available, needed
+
+    parts = estimate(cfg)
+    if device.type == "cuda":
+        return k * needed([p for p in parts if p.on_device]) <= torch.cuda.mem_get_info(device)[0]
+    return k * needed(parts) <= host_available()
