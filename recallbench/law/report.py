@@ -88,7 +88,11 @@ def _header(report: Mapping) -> list[str]:
         lines += ["## Warnings", ""] + [f"- {w}" for w in report["warnings"]] + [""]
     lines += ["Views: **best** = best of seeds (the paper's convention, biased upward by "
               "selection); **mean** = mean over seeds of the best training setting, with the "
-              "per-seed standard deviation and the fraction of seeds that converged.", ""]
+              "per-seed standard deviation and the fraction of seeds that converged "
+              "(stopped at early_stop or on a plateau, or reached max_steps on one). "
+              "**UNCONVERGED** (flags): the cell's best run hit max_steps while its validation "
+              "accuracy was still improving, so its accuracy is a lower bound of the layer's "
+              "recall, not its capacity; such cells are left out of every fit.", ""]
     return lines
 
 

@@ -32,6 +32,13 @@ Vocabulary of the report (docs/theory.md, "Report columns")
   grows with L (``state_size`` null, attention) gets S_eff but no ratios.
 * ``impossible``: runs whose accuracy (lower CI bound) needs more bits than the state holds
   (Lem 4.5, :func:`recallbench.law.fit.fano_check`): a leak or a bug, never a win.
+* ``unconverged``: runs cut by ``max_steps`` while still improving (record ``converged``
+  false; :mod:`recallbench.harness.convergence`): their accuracy is a lower bound, not the
+  layer's capacity.  Each cell counts them (``n_unconverged``); a cell whose best-of-seeds
+  run is one is flagged, shown with its accuracy, and left out of every fit (collapse,
+  S_eff, S_eff/S), so no fit presents it as capacity.  Records made before convergence
+  was judged (no ``stop_reason``) only say whether ``early_stop`` was reached, so they
+  count as of unknown convergence and stay in the fits.
 
 Runs with the same config hash are counted once (the last record wins, with a warning).
 In the JSON, ``null`` in a CI bound means unbounded (0 or infinity); floats are plain.
@@ -164,7 +171,7 @@ def _score_group(gid: str, model: dict, task: dict, cells: list[dict], collapse:
                  form: str, delta: float, level: float) -> dict:
     family = declared.task_family(task.get("name", "mqar"))
     kind = declared.model_kind(model.get("adapter")) if family else None
-    ok = [c for c in cells if c.get("best")]
+    ok = [c for c in cells if c.get("best") and not c.get("best_unconverged")]
     finite = all(c.get("state_size") is not None for c in ok)
     group: dict[str, Any] = {
         "id": gid, "slug": _slug(gid)[:40] + "-" + hashlib.sha1(gid.encode()).hexdigest()[:6],
@@ -187,6 +194,24 @@ def _score_group(gid: str, model: dict, task: dict, cells: list[dict], collapse:
     for c in ok:
         c["theory"] = _predictions(c, group["paper_a"], best_fit)
     return group
+
+
+def unconverged(rec: Mapping) -> bool:
+    """A run cut by max_steps while still improving (a record that judged its convergence,
+    i.e. holds ``stop_reason``, with ``converged`` false)."""
+    return "stop_reason" in rec and rec.get("converged") is False
+
+
+def _mark_unconverged(cell: dict, runs: list[Mapping]) -> dict:
+    """``n_unconverged`` and ``best_unconverged`` of a cell, and its flag."""
+    cell["n_unconverged"] = sum(unconverged(r) for r in runs)
+    cell["best_unconverged"] = bool(runs) and unconverged(best_run(runs))
+    if cell["best_unconverged"]:
+        cell["flags"].append("UNCONVERGED: the best run hit max_steps while improving (a lower "
+                             "bound; left out of the fits)")
+    elif cell["n_unconverged"]:
+        cell["flags"].append(f"{cell['n_unconverged']} run(s) hit max_steps while improving")
+    return cell
 
 
 def _unique_runs(records: list[Mapping], warn) -> list[Mapping]:
@@ -264,7 +289,8 @@ def score(records: Iterable[Mapping], *, collapse: bool | str = "auto", form: st
     labels = [group_label(g["model"], g["task"]) for g in groups.values()]
     for (gkey, g), label in zip(groups.items(), labels):
         gid = label if labels.count(label) == 1 else f"{label} #{hashlib.sha1(gkey.encode()).hexdigest()[:6]}"
-        cells = [cell_summary(c["ok"], c["failed"], level) for c in g["cells"].values()]
+        cells = [_mark_unconverged(cell_summary(c["ok"], c["failed"], level), c["ok"])
+                 for c in g["cells"].values()]
         cells.sort(key=lambda c: tuple(c.get(k) or 0 for k in
                                        ("num_facts", "seq_len", "n_layers", "d_model", "d_state")))
         out_groups.append(_score_group(gid, g["model"], g["task"], cells, collapse, form, delta, level))
