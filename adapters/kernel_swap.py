@@ -18,9 +18,12 @@ in a :class:`SwapSet`; this module does the patching, for both libraries alike:
   the fused kernels even while the swaps are installed.  Such a set may stay installed for
   the whole process (:meth:`SwapSet.keep_installed`); that is what makes the swapped
   functions safe to call from a backward pass that runs after the forward returned.
-* Without dispatch the swap is process-wide while installed: install it only around CPU
-  work (:meth:`SwapSet.applied_for`), and do not run the same library on CUDA in another
-  thread meanwhile.
+  :meth:`SwapSet.route_everywhere` sends the calls of chosen targets to the replacement on
+  every device: the GPU fallback for a kernel that cannot run there (the replacements are
+  plain torch and run on CUDA tensors too).
+* Without dispatch the swap is process-wide while installed: install it only around the
+  work that needs it (:meth:`SwapSet.applied`), and do not run the same library on CUDA
+  with its kernels in another thread meanwhile.
 """
 from __future__ import annotations
 
@@ -71,12 +74,14 @@ def _first_tensor(args, kwargs) -> torch.Tensor | None:
     return None
 
 
-def dispatching(original: Callable, replacement: Callable, target: str) -> Callable:
-    """Call ``replacement`` for CPU tensors, ``original`` (the GPU kernel) for anything else."""
+def dispatching(original: Callable, replacement: Callable, target: str,
+                everywhere: frozenset[str] | set[str] = frozenset()) -> Callable:
+    """Call ``replacement`` for CPU tensors, ``original`` (the GPU kernel) for anything else;
+    ``replacement`` on every device while ``target`` is in ``everywhere`` (read at each call)."""
 
     def swapped(*args, **kwargs):
         t = _first_tensor(args, kwargs)
-        if t is not None and t.device.type == "cpu":
+        if t is not None and (t.device.type == "cpu" or target in everywhere):
             return replacement(*args, **kwargs)
         return original(*args, **kwargs)
 
@@ -100,6 +105,7 @@ class SwapSet:
         self._depth = 0
         self._kept = False
         self._saved: list[tuple[Any, str, Any]] = []  # (owner, attribute, original), install order
+        self.everywhere: set[str] = set()  # targets whose every call takes the replacement
 
     def __iter__(self) -> Iterator[Swap]:
         return iter(self.swaps)
@@ -115,7 +121,7 @@ class SwapSet:
             owner, attr = resolve(swap.target)
             original, new = _bound(owner, attr), _replacement(swap)
             if self.dispatch:
-                new = dispatching(original, new, swap.target)
+                new = dispatching(original, new, swap.target, self.everywhere)
             plan.append((owner, attr, original, new))
         for owner, attr, original, new in plan:
             setattr(owner, attr, new)
@@ -149,6 +155,17 @@ class SwapSet:
                 self.install()
                 self._kept = True
 
+    def route_everywhere(self, targets) -> None:
+        """Keep installed, and send every call of ``targets`` to its replacement on any device
+        from now on (a dispatching set's GPU fallback for kernels that cannot run there)."""
+        targets = set(targets)
+        unknown = targets - {s.target for s in self.swaps}
+        if unknown:
+            raise KeyError(f"{self.name}: no swap for {', '.join(sorted(unknown))}")
+        self.keep_installed()
+        with self._lock:
+            self.everywhere.update(targets)
+
     def installed(self) -> bool:
         with self._lock:
             return self._depth > 0
@@ -161,10 +178,6 @@ class SwapSet:
             yield
         finally:
             self.uninstall()
-
-    def applied_for(self, device: torch.device) -> contextlib.AbstractContextManager:
-        """:meth:`applied` for a CPU device, a no-op otherwise (CUDA keeps the kernels)."""
-        return self.applied() if device.type == "cpu" else contextlib.nullcontext()
 
     def current(self, target: str) -> Any:
         """The object bound at ``target`` now (for tests: is it the original?)."""

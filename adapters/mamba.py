@@ -16,20 +16,25 @@ State: one ``d_state`` vector per inner channel, Λ · d_inner · N = Λ · expa
 
 On a CPU the blocks run mamba-ssm's own pure-torch references in place of its CUDA kernels
 (see :mod:`recallbench.adapters.cpu.mamba_ssm_swaps`; ``selective_scan_ref`` is a Python loop
-over L, so it is slow); on CUDA the fused kernels run untouched.  mamba-ssm is imported only when
-a model is built, so this module imports without it.
+over L, so it is slow); on CUDA the fused kernels run untouched, and where mamba-ssm was
+installed without its compiled ``selective_scan_cuda`` the same references run on the GPU
+(:meth:`Mamba.kernel_path` says which, :mod:`recallbench.adapters.kernel_choice` decides).
+mamba-ssm is imported only when a model is built, so this module imports without it.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import torch
 from torch import nn
 
 from recallbench.api.adapter import Adapter, PreNormResidual
+from recallbench.api import kernels
 from recallbench.api.fields import check_range, fail, from_mapping
 from recallbench.api.registry import ADAPTERS
 
+from . import kernel_choice
 from .cpu import mamba_ssm_import
 from .cpu.mamba_ssm_swaps import SWAPS
 
@@ -37,13 +42,17 @@ NORM_EPS = 1e-5  # mamba-ssm's MixerModel / MambaConfig norm_epsilon
 
 
 class MixerBlock(PreNormResidual):
-    """``x + mixer(RMSNorm(x))`` (mamba-ssm's Block without MLP), run with the CPU references on CPU."""
+    """``x + mixer(RMSNorm(x))`` (mamba-ssm's Block without MLP), run with the pure-torch
+    references on a CPU, and on every device with ``reference=True`` (a GPU fallback)."""
 
-    def __init__(self, mixer: nn.Module, d_model: int, eps: float = NORM_EPS):
+    def __init__(self, mixer: nn.Module, d_model: int, eps: float = NORM_EPS,
+                 reference: bool = False):
         super().__init__(mixer, d_model, norm="rms", eps=eps)
+        self.reference = reference
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, L, D)
-        with SWAPS.applied_for(x.device):
+        swapped = self.reference or x.device.type == "cpu"
+        with SWAPS.applied() if swapped else contextlib.nullcontext():
             return super().forward(x)
 
 
@@ -94,14 +103,21 @@ class Mamba(MambaSSMAdapter):
         if self.options.dt_rank is not None:
             check_range("model.options.dt_rank", self.options.dt_rank, 1)
 
+    @classmethod
+    def kernel_path(cls, device: torch.device) -> tuple[str, str]:
+        return kernel_choice.mamba1(torch.device(device).type,
+                                    selective_scan=kernels.importable("selective_scan_cuda"),
+                                    causal_conv1d=kernels.importable("causal_conv1d"))
+
     def build_blocks(self, device):
         mamba_ssm = mamba_ssm_import.import_mamba_ssm()
         cfg = self.cfg
         dt_rank = "auto" if self.options.dt_rank is None else self.options.dt_rank
+        reference = self.kernel_path(device)[0] == kernels.REFERENCE
         blocks = nn.ModuleList(
             MixerBlock(mamba_ssm.Mamba(cfg.d_model, d_state=cfg.d_state, d_conv=cfg.d_conv,
                                        expand=cfg.expand, dt_rank=dt_rank, layer_idx=i,
-                                       device=device), cfg.d_model)
+                                       device=device), cfg.d_model, reference=reference)
             for i in range(cfg.n_layers))
         init_like_mixer_model(blocks, cfg.n_layers)
         return blocks.to(device)

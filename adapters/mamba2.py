@@ -43,10 +43,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from recallbench.api import kernels
 from recallbench.api.fields import check_range, fail, from_mapping
 from recallbench.api.registry import ADAPTERS
 
-from . import heads
+from . import heads, kernel_choice
 from .cpu.mamba_ssm_import import import_mamba_ssm
 from .cpu.mamba_ssm_kernels import chunk_scan_cpu
 from .mamba import MambaSSMAdapter, MixerBlock, init_like_mixer_model
@@ -158,6 +159,11 @@ class Mamba2(MambaSSMAdapter):
         heads.check_heads_divide_inner(self.cfg, " (Mamba2's headdim = expand·d_model / n_heads)")
         self.options = from_mapping(Options, self.cfg.options, "model.options")
         check_range("model.options.chunk_size", self.options.chunk_size, 1)
+
+    @classmethod
+    def kernel_path(cls, device: torch.device) -> tuple[str, str]:
+        return kernel_choice.mamba2(torch.device(device).type,
+                                    causal_conv1d=kernels.importable("causal_conv1d"))
 
     def build_layer(self, layer_idx: int, device: torch.device) -> nn.Module:
         """One mixer (B, L, D) -> (B, L, D) for this config's head pattern."""

@@ -3,10 +3,12 @@
 :data:`SWAPS` is the ONE place where recallbench replaces mamba-ssm's kernels, so that its
 real ``Mamba`` and ``Mamba2`` run on a CPU.  Some swaps bind a name to ``None`` (then the
 modules take their own pure-torch branch), so the set does not dispatch per call: the
-mamba adapters install it around each CPU forward only (``SWAPS.applied_for(device)``),
-and on CUDA the fused kernels stay untouched.  The swap is process-wide while installed
-(reference-counted, so nested uses are fine): do not run a CUDA mamba-ssm model in
-another thread while a CPU one is inside ``SWAPS.applied()``.
+mamba adapters install it around each CPU forward only, and on CUDA the fused kernels stay
+untouched, except for a Mamba-1 whose compiled ``selective_scan_cuda`` does not import: its
+blocks run inside the set on the GPU too (``MixerBlock(reference=True)``; the replacements
+are plain torch).  The swap is process-wide while installed (reference-counted, so nested
+uses are fine): do not run a CUDA mamba-ssm model on its kernels in another thread while
+another model is inside ``SWAPS.applied()``.
 """
 from __future__ import annotations
 

@@ -25,7 +25,10 @@ count the recurrent state only (scalars per sequence, all layers); short-conv an
 token-shift buffers ((d_conv-1)·channels per layer) are not counted, as for the
 other adapters.  On CPU the layers' Triton kernels are swapped for fla's pure-torch
 references (:data:`recallbench.adapters.cpu.fla_swaps.SWAPS`, kept installed once blocks
-are built on a CPU device; on CUDA nothing is swapped).
+are built on a CPU device); on CUDA nothing is swapped, except the kernels fla refuses on
+that GPU (``gated_chunk_kernels`` on Hopper with Triton < 3.7.1), which are routed to the
+same references on the GPU (:meth:`FlaAdapter.kernel_path`,
+:func:`recallbench.adapters.kernel_choice.fla`).
 """
 from __future__ import annotations
 
@@ -40,9 +43,11 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from recallbench.api import kernels
 from recallbench.api.adapter import Adapter, PreNormResidual
 from recallbench.api.fields import check_range, fail, from_mapping
 
+from .. import kernel_choice
 from ..cpu.fla_swaps import SWAPS as CPU_SWAPS
 
 # warnings fla raises for settings we choose deliberately
@@ -136,6 +141,9 @@ class FlaAdapter(Adapter):
     layer_module: ClassVar[str] = ""  # e.g. "fla.layers.gla"
     layer_name: ClassVar[str] = ""  # e.g. "GatedLinearAttention"
     cpu_references: ClassVar[tuple[str, ...]] = ()  # fla/ops/... files the CPU path needs
+    #: kernels (names in layer_module) that run fla's gated chunk backward, which fla refuses
+    #: on Hopper with Triton < 3.7.1: they fall back to their references on such a GPU
+    gated_chunk_kernels: ClassVar[tuple[str, ...]] = ()
     Options: ClassVar[type] = BlockOptions
     head_patterns = ("mha",)
     has_short_conv: ClassVar[bool] = True
@@ -159,14 +167,29 @@ class FlaAdapter(Adapter):
             return False, "flash-linear-attention is not installed (pip install flash-linear-attention)"
         if importlib.util.find_spec("triton") is None:
             return False, "fla needs triton to import, and triton is not installed"
-        if torch.cuda.is_available():
-            return True, ""
-        root = list(spec.submodule_search_locations)[0]
+        missing = cls.missing_reference()
+        if missing and not torch.cuda.is_available():
+            return False, (f"needs CUDA: no pure-torch reference {missing} in fla {fla_version()} "
+                           f"for {cls.library_class} on CPU")
+        return True, ""
+
+    @classmethod
+    def missing_reference(cls) -> str | None:
+        """The first of ``cpu_references`` that the installed fla lacks, or None."""
+        root = list(importlib.util.find_spec("fla").submodule_search_locations)[0]
         for ref in cls.cpu_references:
             if not os.path.exists(os.path.join(root, *ref.split(".")[1:]) + ".py"):
-                return False, (f"needs CUDA: no pure-torch reference {ref} in fla {fla_version()} "
-                               f"for {cls.library_class} on CPU")
-        return True, ""
+                return ref
+        return None
+
+    @classmethod
+    def kernel_path(cls, device: torch.device) -> tuple[str, str]:
+        device = torch.device(device)
+        gpu = device.type != "cpu"
+        return kernel_choice.fla(
+            device.type, references=cls.cpu_references, missing_reference=cls.missing_reference(),
+            refused=cls.gated_chunk_kernels, capability=kernels.cuda_capability(device),
+            triton=kernels.triton_version(), tilelang=gpu and kernels.importable("tilelang"))
 
     def validate(self) -> None:
         super().validate()
@@ -226,6 +249,9 @@ class FlaAdapter(Adapter):
         if device.type == "cpu":
             with _quiet():
                 CPU_SWAPS.keep_installed()  # CPU tensors go to torch references; others keep Triton
+        elif self.kernel_path(device)[0] == kernels.REFERENCE:  # kernels fla refuses on this GPU
+            with _quiet():
+                CPU_SWAPS.route_everywhere(f"{self.layer_module}:{k}" for k in self.gated_chunk_kernels)
         cfg, opt = self.cfg, self.options
         blocks = []
         self._layers = []

@@ -40,6 +40,7 @@ class GatedDeltaNet(FlaAdapter, layer="fla.layers.gated_deltanet.GatedDeltaNet",
                      cpu=("fla.ops.gated_delta_rule.naive",)):
     description = ("fla GatedDeltaNet (Yang et al. 2024): delta rule with a Mamba-2 style scalar decay; "
                    "d_state = head_dim, head_v_dim = expand·D/M")
+    gated_chunk_kernels = ("chunk_gated_delta_rule",)
 
     class Options(DeltaRuleOptions):
         use_gate: bool = True

@@ -31,6 +31,7 @@ class SimpleGLA(FlaAdapter, layer="fla.layers.simple_gla.SimpleGatedLinearAttent
     description = ("fla SimpleGatedLinearAttention: GLA with one data-dependent decay per head "
                    "(Mamba-2 / Lightning style); d_state = head_k_dim, expand = expand_v")
     library_class = "fla.layers.simple_gla.SimpleGatedLinearAttention"
+    gated_chunk_kernels = ("chunk_simple_gla",)
 
     class Options(GateOptions, ConvOptions):
         feature_map: str | None = None

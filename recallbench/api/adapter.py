@@ -29,6 +29,7 @@ from torch import nn
 
 from recallbench.api.config import ModelConfig
 from recallbench.api.errors import ConfigError
+from recallbench.api.kernels import OWN
 
 
 class Adapter:
@@ -60,6 +61,13 @@ class Adapter:
     def availability(cls) -> tuple[bool, str]:
         """(True, "") if it can run here, else (False, why not)."""
         return True, ""
+
+    @classmethod
+    def kernel_path(cls, device: torch.device) -> tuple[str, str]:
+        """(path, reason): which kernels it runs on ``device`` once available, one of
+        :data:`recallbench.api.kernels.PATHS`; an adapter around a library's GPU kernels
+        declares "fused" / "reference" / "unavailable", by default it is its own code."""
+        return OWN, "the adapter's own torch code, the same on every device"
 
     def validate(self) -> None:
         """Raise ConfigError for settings this adapter cannot honour."""

@@ -16,7 +16,12 @@ Schema ``recallbench.result/1`` (every key always present)::
     state_size (scalars per sequence; null when it grows with L), state_note,
     state_bits (bits per state scalar, from the dtype), info_bits (what the
     queries ask for: N_f · log2 V_v), params, steps, train_s, wall_s, threads,
-    seed, config (resolved), config_hash, versions, device,
+    seed, config (resolved), config_hash,
+    versions (distribution → version: python, recallbench, torch, lightning, triton and
+    the adapter's library, each where installed), device,
+    kernels (``{path, reason, cuda}``: the kernel path the adapter took on the device,
+    "fused" | "reference" | "own", and why (:mod:`recallbench.api.kernels`); cuda: the
+    CUDA version torch was built with, null for a CPU build; absent in a failed record),
     node (where it ran: ``{host, ray_node_id}``, the Ray node id null outside Ray;
     null in a failed record whose worker was lost)
 
@@ -33,6 +38,7 @@ from typing import Any
 import torch
 
 from recallbench.api.errors import ConfigError
+from recallbench.api.kernels import TRITON
 from recallbench.api.registry import ADAPTERS
 
 SCHEMA = "recallbench.result/1"
@@ -43,7 +49,8 @@ def versions(distribution: str | None = None) -> dict[str, str]:
     """Python's version and those of recallbench, torch, Lightning and ``distribution``
     (the one an adapter declares runs its mixer), each under its distribution name."""
     out = {"python": platform.python_version()}
-    for dist in ("recallbench", "torch", "lightning", *([distribution] if distribution else [])):
+    for dist in ("recallbench", "torch", "lightning", TRITON,
+                 *([distribution] if distribution else [])):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -64,6 +71,12 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return f"cuda:{torch.cuda.get_device_name(device)}"
     return f"cpu:{platform.machine()}"
+
+
+def kernels_used(adapter, device: torch.device) -> dict[str, str | None]:
+    """The kernel path an adapter takes on ``device``, why, and torch's CUDA version."""
+    path, reason = adapter.kernel_path(device)
+    return {"path": path, "reason": reason, "cuda": torch.version.cuda}
 
 
 def node() -> dict[str, str | None]:
@@ -111,6 +124,7 @@ def make_record(cfg, adapter, model, test: dict[str, Any], *, steps: int, train_
         "config_hash": cfg.hash(),
         "versions": versions(adapter.distribution),
         "device": device_name(device),
+        "kernels": kernels_used(adapter, device),
         "node": node(),
     }
 

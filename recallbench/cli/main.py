@@ -31,6 +31,7 @@ EXTERNAL = {
     "sweep": ("recallbench.cli.sweep", "run a grid of configs into a resumable result store"),
     "submit": ("recallbench.cli.submit", "turn a result store into a leaderboard submission"),
     "leaderboard": ("recallbench.cli.leaderboard", "validate, verify and render leaderboards"),
+    "doctor": ("recallbench.cli.doctor", "devices, versions, and the kernels each adapter runs here"),
 }
 
 #: exit statuses of ``recallbench run`` (README, "Running one model"; ``run --help``)

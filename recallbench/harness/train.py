@@ -33,6 +33,7 @@ from recallbench.harness.metrics import RecallAccuracy
 from recallbench.harness.model import RecallModel
 from recallbench.harness.resources import check_memory
 from recallbench.api.registry import ADAPTERS
+from recallbench.api.kernels import preflight
 from recallbench.api.record import make_record
 
 # Models with at most this many inner channels are "tiny": on CPU one thread beats
@@ -106,8 +107,9 @@ def run(config: RunConfig | Mapping[str, Any] | None = None, progress: bool | No
         ) -> dict[str, Any]:
     """Train and test one configuration; returns the result record (a dict)."""
     cfg = config if isinstance(config, RunConfig) else resolve(config)
-    ADAPTERS.require(cfg.model.adapter)
+    adapter_cls = ADAPTERS.require(cfg.model.adapter)
     device = pick_device(cfg.train.device)
+    preflight(adapter_cls, device)  # kernels that cannot run: one line now, not mid-training
     check_memory(cfg, str(device))
     threads = pick_threads(cfg) if device.type == "cpu" else torch.get_num_threads()
     show = cfg.train.progress if progress is None else progress
