@@ -32,6 +32,7 @@ EXTERNAL = {
     "submit": ("recallbench.cli.submit", "turn a result store into a leaderboard submission"),
     "leaderboard": ("recallbench.cli.leaderboard", "validate, verify and render leaderboards"),
     "doctor": ("recallbench.cli.doctor", "devices, versions, and the kernels each adapter runs here"),
+    "probe": ("recallbench.cli.probe", "mechanistic probe of a trained or designed recall circuit"),
 }
 
 #: exit statuses of ``recallbench run`` (README, "Running one model"; ``run --help``)
@@ -145,8 +146,13 @@ def _run(args) -> int:
     from recallbench.harness.module import DivergedError
     from recallbench.harness.train import run
 
+    weights = out.with_suffix(".pt") if args.save_weights else None
+    if weights == out:  # --out x.pt: never let the record overwrite the weights
+        weights = out.with_name(out.name + ".pt")
+    if weights is not None:
+        check_writable(weights, "--save-weights")
     try:
-        record = run(cfg, progress=False if args.quiet else None)
+        record = run(cfg, progress=False if args.quiet else None, weights=weights)
     except DivergedError as exc:
         where, why = save_record(failed_record(cfg, str(exc)), out)
         print(f"recallbench: run diverged: {exc} with train.lr = {lr_text(cfg.train.lr)} "
@@ -159,7 +165,7 @@ def _run(args) -> int:
         print(f"recallbench: error: cannot write --out {_where(out)} ({why}); "
               f"the record was saved to {where}", file=sys.stderr)
         return EXIT_NOT_WRITTEN
-    print(f"result written to {where}")
+    print(f"result written to {where}" + (f", weights to {weights}" if weights else ""))
     return 0
 
 
@@ -190,6 +196,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--out", help="where to write the result JSON (default runs/<hash>.json); "
                    "checked writable before the run")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--save-weights", action="store_true",
+                   help="also save the trained weights beside the record (its path with .pt), "
+                        "for `recallbench probe`")
     p.set_defaults(func=_run)
 
     chosen = next((a for a in argv or [] if not a.startswith("-")), None)

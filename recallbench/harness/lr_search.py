@@ -80,10 +80,11 @@ def announce(show: bool, e: dict, i: int, n: int) -> None:
 
 
 def run_search(cfg: RunConfig, device: torch.device, show: bool,
-               batched: bool | None = None) -> dict[str, Any]:
+               batched: bool | None = None, weights=None) -> dict[str, Any]:
     """Train every candidate of ``cfg``'s lr list and test the best.  ``batched``: True
     trains them as one ensemble (EnsembleError if the adapter does not vmap), False one by
-    one, None batched where the adapter vmaps and the memory allows."""
+    one, None batched where the adapter vmaps and the memory allows.  ``weights``: save the
+    chosen model's ``state_dict`` there (one by one only)."""
     from recallbench.harness.ensemble import EnsembleError, run_ensemble
     from recallbench.harness.module import DivergedError
 
@@ -100,11 +101,11 @@ def run_search(cfg: RunConfig, device: torch.device, show: bool,
             if rec["status"] != "ok":
                 raise DivergedError(rec["error"])
             return rec
-    return _sequential(cfg, cands, device, show)
+    return _sequential(cfg, cands, device, show, weights)
 
 
-def _sequential(cfg: RunConfig, cands: list[RunConfig], device: torch.device, show: bool
-                ) -> dict[str, Any]:
+def _sequential(cfg: RunConfig, cands: list[RunConfig], device: torch.device, show: bool,
+                weights=None) -> dict[str, Any]:
     """The candidates one after another; the best so far is kept, the others dropped."""
     from recallbench.harness.module import DivergedError
     from recallbench.harness.train import train_one
@@ -125,6 +126,8 @@ def _sequential(cfg: RunConfig, cands: list[RunConfig], device: torch.device, sh
     if best is None:
         raise DivergedError(f"every learning rate of {len(cands)} diverged "
                             f"(first: {entries[0]['error']})")
+    if weights is not None:
+        best.save_weights(weights)
     return searched_record(best.record(device), cfg, entries, train_s)
 
 

@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 import warnings
+from pathlib import Path
 from typing import Any, Mapping
 
 import torch
@@ -103,9 +105,13 @@ def score(model: torch.nn.Module, data: tuple[torch.Tensor, torch.Tensor], top_k
     return {k: (v.item()) for k, v in metric.compute().items()}
 
 
-def run(config: RunConfig | Mapping[str, Any] | None = None, progress: bool | None = None
-        ) -> dict[str, Any]:
-    """Train and test one configuration; returns the result record (a dict)."""
+def run(config: RunConfig | Mapping[str, Any] | None = None, progress: bool | None = None,
+        weights: str | Path | None = None) -> dict[str, Any]:
+    """Train and test one configuration; returns the result record (a dict).
+
+    ``weights``: also save the tested model's ``state_dict`` there (``torch.save``), so that
+    ``recallbench probe`` can read the trained model without retraining.  A learning-rate
+    search then trains its candidates one by one (the batched ensemble keeps no model)."""
     cfg = config if isinstance(config, RunConfig) else resolve(config)
     adapter_cls = ADAPTERS.require(cfg.model.adapter)
     device = pick_device(cfg.train.device)
@@ -118,9 +124,10 @@ def run(config: RunConfig | Mapping[str, Any] | None = None, progress: bool | No
         if isinstance(cfg.train.lr, list):
             from recallbench.harness.lr_search import run_search
 
-            record = run_search(cfg, device, show)
+            record = run_search(cfg, device, show, batched=False if weights else None,
+                                weights=weights)
         else:
-            record = run_one(cfg, device, show)
+            record = run_one(cfg, device, show, weights)
     record["wall_s"] = round(time.perf_counter() - start, 3)
     record["threads"] = threads if device.type == "cpu" else None
     return record
@@ -201,6 +208,13 @@ class Trained:
     def convergence(self) -> dict[str, Any]:
         return self.module.history.summary(self.adapter.trainable)
 
+    def save_weights(self, path: str | Path) -> None:
+        """The model's ``state_dict`` to ``path``, written whole or not at all."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.partial")
+        torch.save({k: v.detach().cpu() for k, v in self.model.state_dict().items()}, tmp)
+        os.replace(tmp, path)
+
     def record(self, device: torch.device) -> dict[str, Any]:
         """Score the model on the test set: its record (without ``wall_s``, ``threads``)."""
         self.model.to(device)
@@ -211,9 +225,13 @@ class Trained:
                            convergence=self.convergence())
 
 
-def run_one(cfg: RunConfig, device: torch.device, show: bool) -> dict[str, Any]:
+def run_one(cfg: RunConfig, device: torch.device, show: bool,
+            weights: str | Path | None = None) -> dict[str, Any]:
     """Train one learning rate and test: the record without ``wall_s`` and ``threads``."""
-    return train_one(cfg, device, show).record(device)
+    trained = train_one(cfg, device, show)
+    if weights is not None:
+        trained.save_weights(weights)
+    return trained.record(device)
 
 
 def train_one(cfg: RunConfig, device: torch.device, show: bool) -> Trained:

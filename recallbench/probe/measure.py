@@ -1,0 +1,59 @@
+"""One probe of one model: every score of :mod:`.operators` and :mod:`.sequences`, checked first.
+
+    scores, arrays = measure(model, adapter, task, n_sequences=64, seed=0)
+
+The adapter describes its model as a :class:`~recallbench.api.circuit.Circuit`
+(``Adapter.circuit``).  Before anything is scored, the circuit's own logits,
+``Σ_{τ≤t} G_vv ξ_τ (ξ_τᵀ G_kq ξ_t)``, are compared with the model's on the same
+sequences (``circuit_gap``, relative): a circuit that does not describe the model is
+refused instead of scored.  The key and value tokens are read off the task's sequences
+(the tokens at asked positions and their answers), so no task layout is assumed.
+"""
+from __future__ import annotations
+
+import torch
+
+from recallbench.api.errors import ConfigError
+from recallbench.api.task import IGNORE
+from recallbench.probe import operators, sequences
+
+#: the largest relative gap between the circuit's logits and the model's that is accepted
+CIRCUIT_TOLERANCE = 1e-4
+
+
+def circuit_logits(c, x: torch.Tensor) -> torch.Tensor:
+    """tokens (B, L) -> (B, L, V) float64: the circuit's logits, from G_vv and G_kq alone."""
+    xi = sequences.windows(x, c.vocab_size, c.width)
+    L = x.shape[1]
+    s = (xi @ operators.g_kq(c) @ xi.transpose(1, 2)).transpose(1, 2)  # [t, τ] = ξ_τᵀ G_kq ξ_t
+    s = s * torch.ones(L, L, dtype=torch.float64).tril()
+    return s @ (xi @ operators.g_vv(c).t())
+
+
+def measure(model, adapter, task, n_sequences: int = 64, seed: int = 0):
+    """(scores, arrays): the probe's numbers (JSON-ready) and the matrices for its figures."""
+    circuit = adapter.circuit(model)
+    if circuit is None:
+        raise ConfigError(f"probe: adapter {adapter.name} describes no circuit (Adapter.circuit); "
+                          "the probe reads one-layer linear recall circuits such as the "
+                          "paper's linear Mamba and the designed model")
+    x, y = task.sample(n_sequences, torch.Generator().manual_seed(seed))
+    device = next(iter(model.parameters()), torch.empty(0)).device
+    model.eval()
+    with torch.no_grad():
+        got = model(x.to(device)).double().cpu()
+    want = circuit_logits(circuit, x)
+    gap = float((got - want).abs().max() / want.abs().max().clamp_min(1e-30))
+    if gap > CIRCUIT_TOLERANCE:
+        raise ConfigError(f"probe: the circuit of adapter {adapter.name} does not reproduce its "
+                          f"model's logits (relative gap {gap:.1e} > {CIRCUIT_TOLERANCE:g})")
+    asked = y != IGNORE
+    keys, values = torch.unique(x[asked]), torch.unique(y[asked])
+    scores = {"circuit_gap": gap, "width": circuit.width, "sequences": n_sequences, "seed": seed}
+    scores.update(operators.operator_scores(circuit, keys, values))
+    copy, arrays = sequences.copy_shift(circuit, x, values)
+    scores.update(copy)
+    state, tables = sequences.state_table(circuit, x, y, keys, values, IGNORE)
+    scores.update(state)
+    arrays.update(tables, G_vv=operators.g_vv(circuit), G_kq=operators.g_kq(circuit))
+    return scores, arrays
