@@ -12,7 +12,8 @@ rule over sequence length").  With γ the within-chunk cumulative log decay (γ_
 log α_j; the delta rule has α = 1) and Γ_ij = exp(γ_i − γ_j) for j ≤ i:
 
     A = strict_tril(diag(β) (K Kᵀ ⊙ Γ)),   [U | W] = (I + A)⁻¹ [diag(β) V | diag(β e^γ) K]
-    V' = U − W S,   O = (Q ⊙ e^γ) S + tril(Q Kᵀ ⊙ Γ) V',   S ← e^{γ_C} S + (K ⊙ e^{γ_C − γ})ᵀ V'
+    V' = U − W S,   O = (Q ⊙ e^γ) S + tril(Q Kᵀ ⊙ Γ) V',
+    S ← e^{γ_C} S + (K ⊙ e^{γ_C − γ})ᵀ V'
 
 (``torch.linalg.solve_triangular`` with a unit diagonal does the inverse).  Only the
 state is carried across chunks, so the Python loop runs T / C times instead of T times.
@@ -47,8 +48,7 @@ def chunked_delta(q, k, v, beta, g, scale: float, initial_state=None, output_fin
     Returns o (B, H, T, V) and the final state (B, H, K, V) (or None).
     """
     dtype = torch.promote_types(q.dtype, torch.float32)
-    B, H, T, Kd = k.shape
-    V = v.shape[-1]
+    B, H, T, _ = k.shape
     C = min(chunk, T)
     pad = -T % C
     N = (T + pad) // C
@@ -57,44 +57,60 @@ def chunked_delta(q, k, v, beta, g, scale: float, initial_state=None, output_fin
         x = _pad_time(x.to(dtype), pad)
         return x.reshape(B, H, N, C, -1) if x.dim() == 4 else x.reshape(B, H, N, C)
 
-    q, k, v, beta = chunks(q) * scale, chunks(k), chunks(v), chunks(beta)[..., None]
+    S = None if initial_state is None else initial_state.to(dtype)
+    qk, U, W, q, k, chunk_decay = _within_chunks(
+        chunks(q) * scale, chunks(k), chunks(v), chunks(beta)[..., None], None if g is None else chunks(g),
+        carry_in=S is not None or N > 1)
+    outs = []
+    # unbind, not indexing: one backward stack instead of a zero-filled full-size gradient per chunk
+    steps = zip(*(x.unbind(2) if x is not None else [None] * N for x in (qk, U, W, q, k, chunk_decay)))
+    for n, (qk_n, u_n, w_n, q_n, k_n, decay_n) in enumerate(steps):  # only the state crosses chunks
+        if S is None:
+            u = u_n
+            outs.append(qk_n @ u)
+        else:
+            u = u_n - w_n @ S
+            outs.append(qk_n @ u + q_n @ S)
+        if n + 1 < N or output_final_state:
+            kv = k_n.transpose(-1, -2) @ u
+            if S is None:
+                S = kv
+            else:
+                S = (S if decay_n is None else S * decay_n) + kv
+    o = outs[0] if N == 1 else torch.stack(outs, 2).reshape(B, H, N * C, -1)
+    return (o[:, :, :T] if pad else o), (S if output_final_state else None)
+
+
+def _within_chunks(q, k, v, beta, g, carry_in: bool):
+    """Everything that needs no state, for all chunks at once ((B, H, N, C, ·) tensors).
+
+    Returns tril(Q Kᵀ ⊙ Γ), U, W (None unless a state enters some chunk, ``carry_in``), the
+    queries and keys as the state sees them (Q ⊙ e^γ, K ⊙ e^{γ_C − γ}) and e^{γ_C} (None
+    without decay).
+    """
+    V = v.shape[-1]
     kb = k * beta
     A = kb @ k.transpose(-1, -2)
     qk = q @ k.transpose(-1, -2)
     if g is None:
-        qk = qk.tril()
-        rhs = torch.cat([v * beta, kb], -1)
-        chunk_decay = None
+        qk, chunk_decay = qk.tril(), None
     else:
-        gc = chunks(g).cumsum(-1)  # γ
+        gc = g.cumsum(-1)  # γ
+        C = gc.shape[-1]
         incl = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
         decay = (gc[..., :, None] - gc[..., None, :]).masked_fill(~incl, float("-inf")).exp()  # Γ
         A, qk = A * decay, qk * decay
         eg = gc.exp()[..., None]
-        rhs = torch.cat([v * beta, kb * eg], -1)
-        q = q * eg
+        kb, q = kb * eg, q * eg
         k = k * (gc[..., -1:] - gc).exp()[..., None]
         chunk_decay = gc[..., -1].exp()[..., None, None]  # e^{γ_C}, (B, H, N, 1, 1)
-    # unit lower-triangular solve: reads (and differentiates) only A's strict lower triangle
-    UW = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)
-    U, W = UW[..., :V], UW[..., V:]
-    S = None if initial_state is None else initial_state.to(dtype)
-    outs = []
-    for n in range(N):
-        if S is None:
-            u = U[:, :, n]
-            outs.append(qk[:, :, n] @ u)
-        else:
-            u = U[:, :, n] - W[:, :, n] @ S
-            outs.append(qk[:, :, n] @ u + q[:, :, n] @ S)
-        if n + 1 < N or output_final_state:
-            kv = k[:, :, n].transpose(-1, -2) @ u
-            if S is None:
-                S = kv
-            else:
-                S = (S if chunk_decay is None else S * chunk_decay[:, :, n]) + kv
-    o = torch.stack(outs, 2).reshape(B, H, N * C, V)[:, :, :T]
-    return o, (S if output_final_state else None)
+    rhs = torch.cat([v * beta, kb], -1) if carry_in else v * beta
+    # (I + A) X = rhs as Xᵀ (I + A)ᵀ = rhsᵀ: a unit triangular solve that reads (and differentiates)
+    # only A's strict lower triangle; in this transposed form the row-major tensors are already in
+    # LAPACK's column-major layout, which saves two transposing copies
+    UW = torch.linalg.solve_triangular(A.mT, rhs.mT, upper=True, left=False, unitriangular=True).mT
+    U, W = (UW[..., :V], UW[..., V:]) if carry_in else (UW, None)
+    return qk, U, W, q, k, chunk_decay
 
 
 def delta_rule(q, k, v, beta=None, scale=None, initial_state=None, output_final_state=False,

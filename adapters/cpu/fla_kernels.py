@@ -11,7 +11,9 @@ The references cover what recallbench uses: full sequences from position 0, opti
 initial / final states.  Variable-length packing (``cu_seqlens``) and reversed scans raise
 ``NotImplementedError`` instead of silently differing.  The naive references loop over
 time steps in Python (except retention and Based, which are quadratic parallel forms),
-so they are for small CPU runs.
+so they are for small CPU runs.  The delta rules swap in chunked forms instead
+(:mod:`~recallbench.adapters.cpu.fla_chunked_delta`); :func:`delta_rule` and
+:func:`gated_delta_rule` here are the references those are tested against.
 """
 from __future__ import annotations
 
