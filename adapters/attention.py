@@ -1,8 +1,10 @@
 """Causal softmax attention, the unbounded-state baseline.
 
-Each block: ``u + W_o · SDPA(W_q c, W_k c, W_v c)`` with ``c = Conv1D(RMSNorm(u))``,
-a causal depthwise conv of width ``d_conv`` that lets one layer bind a key to
-the value after it (as in Zoology's attention baselines with a short conv).
+The mixer: ``W_o · SDPA(W_q c, W_k c, W_v c)`` with ``c = Conv1D(x)``, a causal depthwise
+conv of width ``d_conv`` that lets one layer bind a key to the value after it (as in
+Zoology's attention baselines with a short conv); the harness's pre-norm residual block
+around it makes each block ``u + mixer(RMSNorm(u))``, with its final RMSNorm and embedding
+init (std 0.02, as transformer LMs with a tied read-out).
 Heads: ``n_heads`` (d_model must be divisible by it).  Uses
 ``torch.nn.functional.scaled_dot_product_attention`` (fused kernels on CUDA).
 
@@ -25,17 +27,16 @@ class AttentionLayer(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_conv: int):
         super().__init__()
         self.n_heads = n_heads
-        self.norm = nn.RMSNorm(d_model)
         self.conv = CausalDepthwiseConv(d_model, d_conv)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.out = nn.Linear(d_model, d_model, bias=False)
 
-    def forward(self, u: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, L, D)
-        B, L, D = u.shape
-        c = self.conv(self.norm(u))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, L, D)
+        B, L, D = x.shape
+        c = self.conv(x)
         q, k, v = self.qkv(c).view(B, L, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
         y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, M, L, P)
-        return u + self.out(y.transpose(1, 2).reshape(B, L, D))
+        return self.out(y.transpose(1, 2).reshape(B, L, D))
 
 
 @ADAPTERS.register("attention")
@@ -44,20 +45,14 @@ class Attention(Adapter):
     library_class = "torch scaled_dot_product_attention"
     state_formula = "2 · Λ · D · L (KV cache, grows with L)"
     head_patterns = ("mha",)
-    embedding_std = 0.02  # as transformer LMs with a final norm and tied read-out
 
     def validate(self) -> None:
         super().validate()
         if self.cfg.d_model % self.cfg.n_heads:
             fail("model.n_heads", self.cfg.n_heads, f"must divide d_model = {self.cfg.d_model}")
 
-    def build_blocks(self, device):
-        cfg = self.cfg
-        return nn.ModuleList(AttentionLayer(cfg.d_model, cfg.n_heads, cfg.d_conv)
-                             for _ in range(cfg.n_layers)).to(device)
-
-    def final_norm(self) -> nn.Module:
-        return nn.RMSNorm(self.cfg.d_model)
+    def build_mixer(self, layer_idx, device):
+        return AttentionLayer(self.cfg.d_model, self.cfg.n_heads, self.cfg.d_conv)
 
     def state_size(self) -> None:
         return None

@@ -65,6 +65,8 @@ class Designed(Adapter):
     law_kind = "designed"
     state_formula = "2 · D · N (one layer, evaluation only)"
     trainable = False
+    # fixed weights: no norms, the layer is the block, and init_embedding sets E
+    wrapper = {"block": "none", "final_norm": None, "embedding_std": None}
 
     def validate(self) -> None:
         super().validate()
@@ -97,11 +99,22 @@ class Designed(Adapter):
         self._embedding = embedding.weight.detach().clone()
         self._generator = generator
 
-    def build_blocks(self, device):
+    def build_mixer(self, layer_idx, device):
         if self._embedding is None:
-            raise RuntimeError("designed: init_embedding must run before build_blocks")
-        layer = DesignedLayer(self._embedding, self.cfg.d_state, self._generator)
-        return nn.ModuleList([layer]).to(device)
+            raise RuntimeError("designed: init_embedding must run before build_mixer")
+        return DesignedLayer(self._embedding, self.cfg.d_state, self._generator)
 
     def state_size(self) -> int:
         return 2 * self.cfg.d_model * self.cfg.d_state
+
+    def circuit(self, model):
+        """x̂_t = (E x_{t-1}, E x_t): Ê_in = diag(E, E); S_B = [F, 0], S_C = [0, F]; P_out = [0, Πᵀ]."""
+        from recallbench.api.circuit import Circuit
+
+        E = model.embedding.weight.detach().t().clone()  # (D, V)
+        layer = model.blocks[0]
+        (D, V), N = E.shape, layer.F.shape[0]
+        zeros_e, zeros_f = E.new_zeros(D, V), E.new_zeros(N, D)
+        return Circuit(E=E, E_in=torch.cat([torch.cat([E, zeros_e], 1), torch.cat([zeros_e, E], 1)]),
+                       S_B=torch.cat([layer.F, zeros_f], 1), S_C=torch.cat([zeros_f, layer.F], 1),
+                       P_out=torch.cat([E.new_zeros(D, D), layer.proj.t()], 1))

@@ -19,7 +19,9 @@ One layer, shapes for a batch (B, L)::
 
 Head patterns (which of B, C, x are shared across the M heads; :mod:`.heads`):
 MHA none, MQA B and x, MKA C and x, MVA B and C (Mamba-2's default; equals one head).
-With Λ > 1 layers each block adds its input back (the residual of Thm 4.6).
+With Λ > 1 layers each block adds its input back (the residual of Thm 4.6).  The harness
+builds nothing around the layers (the adapter's declared ``wrapper``): no norms, and the
+embedding keeps torch's N(0, 1) init, as the paper's model.
 The state holds one P × N matrix per distinct (B, x) pair: D_in·N per layer,
 except MQA, where all heads share one state, D_in·N / M.
 """
@@ -114,6 +116,9 @@ class LinearMamba(Adapter):
     law_kind = "linear"
     state_formula = "Λ · expand · D · N  (MQA: Λ · expand · D · N / M)"
     head_patterns = heads.ALL_PATTERNS
+    # the paper's model: no norms, torch's N(0, 1) embedding, each layer is its block (it
+    # adds its own residual when Λ > 1)
+    wrapper = {"block": "none", "final_norm": None, "embedding_std": None}
 
     def validate(self) -> None:
         super().validate()
@@ -123,16 +128,31 @@ class LinearMamba(Adapter):
         if self.options.form not in FORMS:
             fail("model.options.form", self.options.form, f"one of {', '.join(FORMS)}")
 
-    def build_blocks(self, device):
+    def build_mixer(self, layer_idx, device):
         cfg = self.cfg
         residual = self.options.residual
         if residual is None:
             residual = cfg.n_layers > 1
-        return nn.ModuleList(
-            LinearMambaLayer(cfg.d_model, cfg.d_state, cfg.d_conv, cfg.expand, cfg.n_heads,
-                             self.head_pattern, residual, self.options.chunk_size,
-                             self.options.form)
-            for _ in range(cfg.n_layers)).to(device)
+        return LinearMambaLayer(cfg.d_model, cfg.d_state, cfg.d_conv, cfg.expand, cfg.n_heads,
+                                self.head_pattern, residual, self.options.chunk_size,
+                                self.options.form)
 
     def state_size(self) -> int:
         return heads.state_size(self.cfg, self.head_pattern)
+
+    def circuit(self, model):
+        """One layer with B and C shared and x per head (MVA, or one head): block j of Ê_in is
+        diag(W_conv^j) P_in E; S_B, S_C, P_out are the layer's s_b, s_c, out_proj.  None for
+        several layers, a residual, or another head pattern (not one such circuit)."""
+        from recallbench.api.circuit import Circuit
+
+        layer = model.blocks[0]
+        one_head = layer.M == 1 or not (layer.b_per_head or layer.c_per_head)
+        if len(model.blocks) != 1 or layer.residual or layer.s_v is not None or not one_head:
+            return None
+        E = model.embedding.weight.detach().t()  # (D, V)
+        w = layer.conv.conv.weight.detach()[:, 0, :]  # (D_in, W): tap j reads x_{t-(W-1)+j}
+        PE = layer.in_proj.weight.detach() @ E  # P_in E (D_in, V)
+        E_in = torch.cat([w[:, j, None] * PE for j in range(w.shape[1])], dim=1)
+        return Circuit(E=E.clone(), E_in=E_in, S_B=layer.s_b.weight.detach().clone(),
+                       S_C=layer.s_c.weight.detach().clone(), P_out=layer.out_proj.weight.detach().clone())

@@ -2,7 +2,7 @@
 
 Each of the Λ = ``n_layers`` blocks is mamba-ssm's ``Block`` without an MLP, i.e.
 ``h + Mamba(RMSNorm(h))`` (RMSNorm eps 1e-5, as ``MambaConfig(rms_norm=True)``), and the stack
-ends in a final RMSNorm (``norm_f``) before the tied read-out.  The blocks get mamba-ssm's
+ends in a final RMSNorm (``norm_f``, the harness's) before the tied read-out.  The blocks get mamba-ssm's
 ``_init_weights`` (out_proj rescaled by 1/√Λ, linear biases zeroed except dt_proj's); the
 embedding is recallbench's.
 
@@ -66,18 +66,17 @@ def init_like_mixer_model(blocks: nn.ModuleList, n_layers: int) -> None:
 
 
 class MambaSSMAdapter(Adapter):
-    """What the mamba-ssm adapters share: availability, the final norm, the embedding init."""
+    """What the mamba-ssm adapters share: availability.
+
+    They build whole blocks (``build_blocks``: mamba-ssm's block, run with the CPU
+    references, initialised over the whole stack by ``_init_weights``); the harness's
+    final RMSNorm (eps 1e-5) and embedding init (std 0.02) are mamba-ssm's own."""
 
     distribution = "mamba-ssm"
-
-    embedding_std = 0.02  # mamba-ssm's _init_weights
 
     @classmethod
     def availability(cls) -> tuple[bool, str]:
         return mamba_ssm_import.availability()
-
-    def final_norm(self) -> nn.Module:
-        return nn.RMSNorm(self.cfg.d_model, eps=NORM_EPS)
 
 
 @dataclasses.dataclass

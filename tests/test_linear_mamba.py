@@ -9,6 +9,7 @@ from recallbench.adapters.linear_ops import causal_linear_attention
 from recallbench.api.config import resolve
 from recallbench.api.errors import ConfigError
 from recallbench.api.registry import ADAPTERS
+from recallbench.harness.model import RecallModel
 
 
 @pytest.mark.parametrize("L,chunk", [(17, 4), (64, 16), (50, 64)])
@@ -68,8 +69,8 @@ def test_state_size(model, expected):
 
 
 def test_residual_default_follows_layers():
-    one = ADAPTERS.get("linear-mamba")(resolve({}).model).build_blocks(torch.device("cpu"))
-    two = ADAPTERS.get("linear-mamba")(resolve({"model": {"n_layers": 2}}).model).build_blocks("cpu")
+    one = RecallModel(ADAPTERS.get("linear-mamba")(resolve({}).model), 16).blocks
+    two = RecallModel(ADAPTERS.get("linear-mamba")(resolve({"model": {"n_layers": 2}}).model), 16).blocks
     assert not one[0].residual and all(b.residual for b in two)
 
 

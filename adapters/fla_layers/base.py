@@ -147,7 +147,6 @@ class FlaAdapter(Adapter):
     Options: ClassVar[type] = BlockOptions
     head_patterns = ("mha",)
     has_short_conv: ClassVar[bool] = True
-    embedding_std = 0.02  # fla's models: initializer_range
 
     def __init_subclass__(cls, layer: str = "", cpu: tuple[str, ...] = (), **kwargs):
         super().__init_subclass__(**kwargs)
@@ -195,6 +194,8 @@ class FlaAdapter(Adapter):
         super().validate()
         self.options = from_mapping(self.Options, self.cfg.options, "model.options")
         check_range("model.options.mlp_ratio", self.options.mlp_ratio, 1)
+        # the harness's final RMSNorm and embedding init (std 0.02, fla's initializer_range)
+        self.wrapper = {"norm_eps": self.options.block_norm_eps}
         self.check()
         self._layers: list[nn.Module] = []
 
@@ -265,9 +266,6 @@ class FlaAdapter(Adapter):
                                fuse_swiglu=False)
             blocks.append(FlaBlock(layer, cfg.d_model, opt.block_norm_eps, mlp))
         return nn.ModuleList(blocks).to(device)
-
-    def final_norm(self) -> nn.Module:
-        return nn.RMSNorm(self.cfg.d_model, eps=self.options.block_norm_eps)
 
     # -- state -----------------------------------------------------------------
     def layer_state(self, layer: nn.Module) -> int:

@@ -1,28 +1,48 @@
 """The adapter contract: how a sequence-mixing layer plugs into recallbench.
 
-An adapter turns the ``model`` section of a config into Λ blocks, each mapping
-``(B, L, D) -> (B, L, D)``, and says how big its recurrent state is.  The core
-(:class:`recallbench.harness.module.RecallModule`) wraps them as::
+An adapter supplies the MIXER, ``(B, L, D) -> (B, L, D)``, and says how big its recurrent
+state is; the harness (:mod:`recallbench.harness.model`) builds the same model around every
+mixer, so that two layers compare on the layer alone::
 
-    tokens (B, L) ─ embedding E (V, D) ─► blocks[0..Λ-1] ─► final_norm ─► logits = h Eᵀ (B, L, V)
+    tokens (B, L) ─ E (V, D), N(0, 0.02²) ─► Λ × [h + mixer_l(RMSNorm(h))] ─► RMSNorm ─► h Eᵀ
 
-Subclass, decorate with ``@ADAPTERS.register("name")`` (in-tree) or declare an
-entry point in the ``recallbench.adapters`` group (third party)::
+This is the whole of a third-party adapter (the README's "Extending recallbench" shows it
+with a mixer and its entry point: ``examples/minimal_adapter.py``, run by the tests)::
 
     class MyLayer(Adapter):
-        def build_blocks(self, device):
-            return nn.ModuleList(PreNormResidual(MyMixer(self.cfg.d_model), self.cfg.d_model)
-                                 for _ in range(self.cfg.n_layers))
+        def build_mixer(self, layer_idx, device):
+            return MyMixer(self.cfg.d_model, self.cfg.d_state)
         def state_size(self):
             return self.cfg.n_layers * self.cfg.d_model * self.cfg.d_state
 
-Heavy libraries are imported inside methods, never at module import, so that a
-missing package shows up in ``availability()`` instead of breaking
-``import recallbench``.
+The wrapper around the mixers has defaults (:data:`WRAPPER_DEFAULTS`): the embedding's
+init std (0.02, as mamba-ssm's and fla's models; None keeps torch's N(0, 1)), the block
+(``"prenorm"``: ``h + mixer(norm(h))``; ``"none"``: the mixer is the block, it adds its own
+residual if any), the block norm (``"rms"`` or ``"layer"``), the eps of every norm (None:
+torch's default) and the final norm (``"rms"``, ``"layer"`` or None).  An adapter changes
+one only by declaring it in :attr:`Adapter.wrapper` (a class attribute, or set in
+``validate()`` when it depends on the options), and every run's record shows the
+resulting wrapper and which keys were overridden (``record["wrapper"]``)::
+
+    class PaperModel(Adapter):
+        wrapper = {"block": "none", "final_norm": None, "embedding_std": None}
+
+Three hooks build a part themselves, each shown in the record as an override:
+``build_blocks(device)`` (Λ whole blocks, e.g. a library's own block layout, or an
+adapter written before ``build_mixer``; ``"block": "adapter"``), ``final_norm()`` (a
+module; ``"final_norm": "adapter"``) and ``init_embedding`` (fixed embeddings;
+``"embedding_init": "adapter"``).  An ``embedding_std`` class attribute (the older way to
+declare it) is read as ``wrapper["embedding_std"]``.
+
+Subclass, decorate with ``@ADAPTERS.register("name")`` (in-tree) or declare an entry
+point in the ``recallbench.adapters`` group (third party).  Heavy libraries are imported
+inside methods, never at module import, so that a missing package shows up in
+``availability()`` instead of breaking ``import recallbench``.
 """
 from __future__ import annotations
 
-from typing import ClassVar
+import math
+from typing import Any, ClassVar, Mapping
 
 import torch
 from torch import nn
@@ -31,6 +51,37 @@ from recallbench.api.config import ModelConfig
 from recallbench.api.errors import ConfigError
 from recallbench.api.kernels import OWN
 
+#: the harness's wrapper around the mixers; an adapter overrides keys in ``Adapter.wrapper``
+WRAPPER_DEFAULTS: dict[str, Any] = {
+    "embedding_std": 0.02,  # std of the tied embedding's normal init; None: torch's N(0, 1)
+    "block": "prenorm",  # "prenorm": h + mixer(norm(h)); "none": h = mixer(h)
+    "norm": "rms",  # the pre-norm: "rms" (RMSNorm) or "layer" (LayerNorm)
+    "norm_eps": 1e-5,  # eps of the block and final norms (mamba-ssm's); None: torch's default
+    "final_norm": "rms",  # before the tied read-out: "rms", "layer" or None (none)
+}
+BLOCKS = ("prenorm", "none")
+NORMS = ("rms", "layer")
+
+
+def check_wrapper(name: str, wrapper: Any) -> dict[str, Any]:
+    """An adapter's declared wrapper overrides, checked: ConfigError names a bad key."""
+    if not isinstance(wrapper, Mapping):
+        raise ConfigError(f"adapter {name}: wrapper must be a mapping of "
+                          f"{', '.join(WRAPPER_DEFAULTS)}")
+    allowed = {"block": BLOCKS, "norm": NORMS, "final_norm": (*NORMS, None)}
+    for key, value in wrapper.items():
+        where = f"adapter {name}: wrapper[{key!r}]"
+        if key not in WRAPPER_DEFAULTS:
+            raise ConfigError(f"{where} is not a wrapper key; allowed: {', '.join(WRAPPER_DEFAULTS)}")
+        if key in allowed and value not in allowed[key]:
+            raise ConfigError(f"{where} = {value!r:.40} is not allowed: one of "
+                              + ", ".join(map(repr, allowed[key])))
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if key in ("embedding_std", "norm_eps") and value is not None \
+                and not (number and math.isfinite(value) and value > 0):
+            raise ConfigError(f"{where} = {value!r:.40} is not allowed: a number > 0 or None")
+    return dict(wrapper)
+
 
 class Adapter:
     name: ClassVar[str] = "adapter"
@@ -38,10 +89,9 @@ class Adapter:
     library_class: ClassVar[str] = ""  # e.g. "mamba_ssm.Mamba", for the README table
     state_formula: ClassVar[str] = ""  # e.g. "Λ · expand · D · N"
     trainable: ClassVar[bool] = True  # False: evaluation only (fixed weights)
-    # std of the (tied) embedding's normal init; None keeps torch's N(0, 1).  Library
-    # models with a final norm use 0.02 (mamba-ssm's and fla's _init_weights), which keeps
-    # the tied read-out's first logits O(1).
-    embedding_std: ClassVar[float | None] = None
+    #: the harness's wrapper keys this adapter overrides (:data:`WRAPPER_DEFAULTS`); set it
+    #: in ``validate()`` when it depends on ``model.options``
+    wrapper: Mapping[str, Any] = {}
     head_patterns: ClassVar[tuple[str, ...]] = ("mva",)  # patterns it implements; [0] is its default
     # -- what the core needs to know (declared here, never looked up by name in the core) --
     #: the model kind of the recall law (``recallbench.law.theory.MODEL_KINDS``: "designed",
@@ -55,6 +105,7 @@ class Adapter:
     def __init__(self, cfg: ModelConfig):
         self.cfg = cfg
         self.validate()
+        check_wrapper(self.name, self.wrapper)
 
     # -- what the registry and the CLI ask -----------------------------------
     @classmethod
@@ -78,13 +129,11 @@ class Adapter:
                 f"{self.name}: one of {', '.join(self.head_patterns)}")
 
     # -- what the model needs --------------------------------------------------
-    def build_blocks(self, device: torch.device) -> nn.ModuleList:
-        """Λ = cfg.n_layers blocks, each (B, L, D) -> (B, L, D)."""
-        raise NotImplementedError
-
-    def final_norm(self) -> nn.Module:
-        """Applied after the last block, before the tied read-out (library models: a norm)."""
-        return nn.Identity()
+    def build_mixer(self, layer_idx: int, device: torch.device) -> nn.Module:
+        """The mixer of layer ``layer_idx`` (< cfg.n_layers), (B, L, D) -> (B, L, D); in a
+        ``"prenorm"`` block a tuple whose first item is that (as fla's layers return) is
+        read as it."""
+        raise NotImplementedError(f"adapter {self.name} defines no build_mixer(layer_idx, device)")
 
     def init_embedding(self, embedding: nn.Embedding, generator: torch.Generator) -> None:
         """Adapters with a designed embedding (fixed weights) set it here."""
@@ -97,14 +146,28 @@ class Adapter:
         """How the state size is counted, for reports."""
         return self.state_formula
 
+    def circuit(self, model: nn.Module):
+        """The trained ``model`` as a one-layer linear recall circuit
+        (:class:`recallbench.api.circuit.Circuit`, the paper's symbols), for
+        ``recallbench probe``; None (the default) when the model is not one."""
+        return None
+
+
+def make_norm(kind: str | None, d_model: int, eps: float | None) -> nn.Module:
+    """The wrapper's norm: RMSNorm, LayerNorm, or nothing (None)."""
+    if kind is None:
+        return nn.Identity()
+    kw = {} if eps is None else {"eps": eps}
+    return nn.RMSNorm(d_model, **kw) if kind == "rms" else nn.LayerNorm(d_model, **kw)
+
 
 class PreNormResidual(nn.Module):
-    """``x + mixer(norm(x))``: how mamba-ssm and fla stack their layers."""
+    """``x + mixer(norm(x))``: the harness's block, and how mamba-ssm and fla stack their layers."""
 
-    def __init__(self, mixer: nn.Module, d_model: int, norm: str = "rms", eps: float | None = None):
+    def __init__(self, mixer: nn.Module, d_model: int, norm: str = "rms",
+                 eps: float | None = WRAPPER_DEFAULTS["norm_eps"]):
         super().__init__()
-        kw = {} if eps is None else {"eps": eps}
-        self.norm = nn.RMSNorm(d_model, **kw) if norm == "rms" else nn.LayerNorm(d_model, **kw)
+        self.norm = make_norm(norm, d_model, eps)
         self.mixer = mixer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, L, D)

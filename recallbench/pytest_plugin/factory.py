@@ -5,8 +5,10 @@
 
 The factory is kept in this process under a label (``module:qualname``); the adapter
 registered as :data:`FACTORY_ADAPTER` (on first use, so that torch loads only then)
-builds Λ blocks ``x + factory(...)(norm(x))``, each (B, L, D) -> (B, L, D), and reports
-the state size the test gave (``state_size=``).
+returns ``factory(...)`` as each layer's mixer, (B, L, D) -> (B, L, D), so the harness
+builds the same model around it as around any adapter's mixer (pre-norm residual blocks,
+final RMSNorm, embedding std 0.02: :mod:`recallbench.harness.model`), and reports the
+state size the test gave (``state_size=``).
 """
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ def _factory_adapter():
 
     from torch import nn
 
-    from recallbench.api.adapter import Adapter, PreNormResidual
+    from recallbench.api.adapter import Adapter
     from recallbench.api.config import HEAD_PATTERNS
     from recallbench.api.errors import ConfigError
     from recallbench.api.fields import from_mapping
@@ -88,15 +90,12 @@ def _factory_adapter():
                                   f"recall(factory=...) only (no factory "
                                   f"{self.options.factory!r} in this process)")
 
-        def build_blocks(self, device):
-            blocks = []
-            for i in range(self.cfg.n_layers):
-                mixer = _call_factory(self.factory, self.cfg, i, device)
-                if not isinstance(mixer, nn.Module):
-                    raise ConfigError(f"factory {self.options.factory} returned "
-                                      f"{type(mixer).__name__}, expected an nn.Module")
-                blocks.append(PreNormResidual(mixer, self.cfg.d_model))
-            return nn.ModuleList(blocks).to(device)
+        def build_mixer(self, layer_idx, device):
+            mixer = _call_factory(self.factory, self.cfg, layer_idx, device)
+            if not isinstance(mixer, nn.Module):
+                raise ConfigError(f"factory {self.options.factory} returned "
+                                  f"{type(mixer).__name__}, expected an nn.Module")
+            return mixer
 
         def state_size(self):
             return self.options.state_size
