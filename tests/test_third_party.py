@@ -170,3 +170,49 @@ def test_the_scorer_fits_the_collapse_for_them(third_party):
     assert cell["theory"]["paper_eq19"] == pytest.approx(
         theory.recall_probability(V, NUM_FACTS, 32, 8, 1.25))
     assert math.isfinite(cell["theory"]["collapse_fit"])
+
+
+ZOO = '''
+import torch
+from torch import nn
+from recallbench import Adapter
+
+class Shift(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.proj = nn.Linear(2 * d_model, d_model)
+
+    def forward(self, x):
+        prev = nn.functional.pad(x, (0, 0, 1, 0))[:, :-1]
+        return self.proj(torch.cat([x, prev], -1))
+
+class ShiftAdapter(Adapter):
+    distribution = "numpy"
+
+    def build_mixer(self, layer_idx, device):
+        return Shift(self.cfg.d_model)
+
+    def state_size(self):
+        return self.cfg.n_layers * self.cfg.d_model
+'''
+
+
+def test_a_record_of_an_entry_point_adapter_names_its_package_and_version(plugin_dist, monkeypatch):
+    import numpy
+
+    plugin_dist({"recallbench.adapters": [("tp-shift", "tp_zoo_adapter:ShiftAdapter")]},
+                {"tp_zoo_adapter": ZOO}, dist="tp_zoo")
+    monkeypatch.setattr(ADAPTERS, "_scanned", False)  # find the new entry point
+    try:
+        record = run(resolve({
+            "task": {"vocab_size": 16, "seq_len": 16, "num_facts": 4},
+            "model": {"adapter": "tp-shift", "d_model": 8, "d_state": 4},
+            "train": {"max_steps": 2, "val_every": 1, "val_size": 8, "test_size": 8,
+                      "batch_size": 4}}), progress=False)
+    finally:
+        ADAPTERS.remove("tp-shift")
+    prov = record["provenance"]
+    assert (prov["distribution"], prov["version"]) == ("tp_zoo", "0.1")
+    assert (prov["library"], prov["library_version"]) == ("numpy", numpy.__version__)
+    assert len(prov["source_sha256"]) == 64
+    assert record["wrapper"]["overrides"] == [] and record["wrapper"]["final_norm"] == "rms"

@@ -23,7 +23,12 @@ Schema ``recallbench.result/1`` (every key always present)::
     "fused" | "reference" | "own", and why (:mod:`recallbench.api.kernels`); cuda: the
     CUDA version torch was built with, null for a CPU build; absent in a failed record),
     node (where it ran: ``{host, ray_node_id}``, the Ray node id null outside Ray;
-    null in a failed record whose worker was lost)
+    null in a failed record whose worker was lost),
+    wrapper (what the harness built around the adapter's mixers, and the keys the
+    adapter overrides: :func:`recallbench.harness.model.resolve_wrapper`; null in a
+    failed record), provenance (where the adapter's code comes from: ``{distribution,
+    version, library, library_version, source_sha256}``,
+    :func:`recallbench.api.provenance.provenance`; null if the adapter cannot load)
 
 Nothing in a record is executable; records are read back with ``json``.
 """
@@ -39,6 +44,7 @@ import torch
 
 from recallbench.api.errors import ConfigError
 from recallbench.api.kernels import TRITON
+from recallbench.api.provenance import provenance
 from recallbench.api.registry import ADAPTERS
 
 SCHEMA = "recallbench.result/1"
@@ -63,6 +69,14 @@ def adapter_distribution(name: str | None) -> str | None:
     declares none or cannot be loaded here."""
     try:
         return ADAPTERS.get(name).distribution if name else None
+    except ConfigError:
+        return None
+
+
+def adapter_provenance(name: str | None) -> dict | None:
+    """The adapter's provenance (distribution, versions, source hash); None if it cannot load."""
+    try:
+        return provenance(name) if name else None
     except ConfigError:
         return None
 
@@ -126,6 +140,8 @@ def make_record(cfg, adapter, model, test: dict[str, Any], *, steps: int, train_
         "device": device_name(device),
         "kernels": kernels_used(adapter, device),
         "node": node(),
+        "wrapper": getattr(model, "wrapper", None),
+        "provenance": adapter_provenance(cfg.model.adapter),
     }
 
 
@@ -133,4 +149,5 @@ def failed_record(cfg, error: str) -> dict:
     """The record of a run that raised or diverged: its config, and why."""
     return {"schema": SCHEMA, "status": "failed", "error": error, "seed": cfg.train.seed,
             "config": cfg.to_dict(), "config_hash": cfg.hash(),
-            "versions": versions(adapter_distribution(cfg.model.adapter)), "node": node()}
+            "versions": versions(adapter_distribution(cfg.model.adapter)), "node": node(),
+            "wrapper": None, "provenance": adapter_provenance(cfg.model.adapter)}

@@ -67,6 +67,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="list the points and skip counts (and their state in --store); run nothing")
     p.add_argument("--no-retry-failed", dest="retry_failed", action="store_false",
                    help="do not rerun points recorded as failed")
+    p.add_argument("--refuse-stale", action="store_true",
+                   help="stop (exit 2, nothing run) when the store holds results of this sweep's "
+                        "configs made by other adapter source than the installed one; by "
+                        "default they are kept, not rerun, with one warning line per config")
     p.add_argument("--adaptive", action="store_true",
                    help="theory-guided search over the sweep's D x N cells: place runs near the "
                         "predicted phase boundary until a is pinned down (see --tol, --stop)")
@@ -194,6 +198,11 @@ def _run(args, points, executor, shard, header: str) -> int:
     st = Store(args.store, shard)
     st.open()  # takes the writer lock: a second driver on the same file stops here
     try:
+        _check_stale(points, st, args.refuse_stale)
+    except ConfigError:
+        st.close()
+        raise
+    try:
         with sigterm_unwinds():  # SIGTERM unwinds like Ctrl-C: the workers stop, records stay
             counts = _drive(args, points, st, executor, echo, header)
     except (KeyboardInterrupt, Terminated) as exc:
@@ -205,6 +214,34 @@ def _run(args, points, executor, shard, header: str) -> int:
     finally:
         st.close()
     return 1 if counts["failed"] else 0
+
+
+#: stale configs named one per line; the rest are counted in one more line
+MAX_STALE_LINES = 10
+
+
+def _check_stale(points, st, refuse: bool) -> None:
+    """Warn about (or, with --refuse-stale, refuse) stored results of these configs made by
+    other adapter source: bounded, one line per config.  They are kept, not rerun."""
+    from recallbench.runs.store import stale_points
+
+    stale = stale_points(points, st.read())
+    if not stale:
+        return
+    what = "refusing" if refuse else "warning"
+    for p, rec in stale[:MAX_STALE_LINES]:
+        prov = rec["provenance"]
+        print(f"recallbench: {what}: {p.hash[:12]} {p.label()}: stored result made by other "
+              f"{p.adapter} source ({prov.get('distribution')} {prov.get('version')}, source "
+              f"{str(prov['source_sha256'])[:12]})", file=sys.stderr)
+    if len(stale) > MAX_STALE_LINES:
+        print(f"recallbench: {what}: ... and {len(stale) - MAX_STALE_LINES} more configs",
+              file=sys.stderr)
+    if refuse:
+        raise ConfigError(f"--refuse-stale: {len(stale)} stored results of this sweep were made "
+                          f"by other adapter source; use a new --store to rerun them")
+    print(f"recallbench: {len(stale)} stored results made by other adapter source are kept, "
+          f"not rerun (--refuse-stale stops instead; a new --store reruns them)", file=sys.stderr)
 
 
 def _drive(args, points, st, executor, echo, header: str) -> dict:

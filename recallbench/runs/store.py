@@ -191,6 +191,27 @@ def read_store(path: str | Path, warn: Callable[[str], None] = _default_warn) ->
     return StoreContents(merged, files, len(entries), duplicates, torn)
 
 
+def stale_points(points: Iterable, contents: StoreContents) -> list[tuple[Any, dict]]:
+    """(point, stored record) of the points the store holds as ok but whose record was made
+    by other adapter source than the one installed now (``provenance.source_sha256``
+    differs; a record without provenance, from before records had it, is not judged)."""
+    from recallbench.api.record import adapter_provenance
+
+    now: dict[str, str | None] = {}
+    ok = contents.by_hash
+    out = []
+    for p in points:
+        rec = ok.get(p.hash)
+        then = (rec or {}).get("provenance") or {}
+        if rec is None or rec.get("status") != "ok" or not then.get("source_sha256"):
+            continue
+        if p.adapter not in now:
+            now[p.adapter] = (adapter_provenance(p.adapter) or {}).get("source_sha256")
+        if now[p.adapter] and now[p.adapter] != then["source_sha256"]:
+            out.append((p, rec))
+    return out
+
+
 class Store:
     """A store directory and this process's file in it (one writer per file).
 
