@@ -240,11 +240,29 @@ def test_baseline_regen_compare_and_regression(pytester, lossy):
     pytester.runpytest("--recall-baseline", "recall-baseline.json",
                        "--recall-tolerance", "0.3").assert_outcomes(passed=2)
 
-    # a changed config is not compared against a stale entry
+    # a reduced budget is the same config: it is compared with that budget's numbers, which
+    # are missing until recorded, and recording them keeps the full budget's
     result = pytester.runpytest("--recall-baseline", "recall-baseline.json",
                                 "--recall-budget", "0.5")
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*recorded with another config (train.max_steps: 2000 -> 1000*"])
+    result.stdout.fnmatch_lines(["*no recall baseline for *test_strict at --recall-budget 0.5 in "
+                                 "recall-baseline.json*--recall-budget 0.5 --recall-regen*"])
+    assert "another config" not in result.stdout.str()
+    pytester.runpytest("--recall-baseline", "recall-baseline.json", "--recall-budget", "0.5",
+                       "--recall-regen").assert_outcomes(passed=2)
+    entry = json.loads((pytester.path / "recall-baseline.json").read_text())["tests"]
+    strict = entry["test_baseline_regen_compare_and_regression.py::test_strict"]
+    assert strict["budgets"]["0.5"]["max_steps"] == 1000 and strict["accuracy"] == better / 256
+    pytester.runpytest("--recall-baseline", "recall-baseline.json", "--recall-budget",
+                       "0.5").assert_outcomes(passed=2)
+    # a changed config is not compared against a stale entry; the message shows the full
+    # budget's config, whatever --recall-budget scaled
+    strict["config_hash"], strict["config"]["train"]["max_steps"] = "other", 3000
+    (pytester.path / "recall-baseline.json").write_text(json.dumps({**data, "tests": entry}))
+    result = pytester.runpytest("--recall-baseline", "recall-baseline.json", "-k", "strict",
+                                "--recall-budget", "0.5")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*recorded with another config (train.max_steps: 3000 -> 2000)*"])
 
 
 def test_bad_marker_arguments_give_one_line_errors(pytester):
@@ -437,6 +455,41 @@ def test_baseline_files_of_older_versions_with_inf_strings_are_read_as_numbers(t
     assert stored["config"] == {"task": {"name": "inf"}}  # only the numbers are revived
     record = {"accuracy": 0.75, "correct": 3, "total": 4, "config_hash": "h", "config": {}}
     problems = []
-    status = baseline.compare(stored, "t::a", record, 0.02, path="old.json", regen_hint="regen",
-                              budget=1.0, problems=problems)
+    status = baseline.compare(stored, "t::a", record, {"config_hash": "h", "config": {}}, 0.02,
+                              path="old.json", regen_hint="regen", budget=1.0, problems=problems)
     assert status["status"] == "REGRESSED" and "stored   accuracy inf (3/4)" in problems[0]
+
+
+def test_min_accuracy_is_the_full_budgets_floor_and_min_accuracy_reduced_the_reduced_ones(
+        pytester, lossy):
+    pytester.makepyfile(f"""
+        import pytest
+
+        @pytest.mark.recall({LOSSY}, min_accuracy=0.99)
+        def test_full_floor(recall):
+            recall()
+
+        @pytest.mark.recall({LOSSY}, min_accuracy=0.1, min_accuracy_reduced=0.99)
+        def test_reduced_floor(recall):
+            recall()
+    """)
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([f"*recall accuracy {lossy['accuracy']:.4f}*is below "
+                                 "min_accuracy 0.99"])
+    result = pytester.runpytest("--recall-budget", "0.25")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*is below min_accuracy_reduced 0.99 (--recall-budget 0.25)"])
+    result = pytester.runpytest("--recall-budget", "0.25", "-k", "full_floor")
+    result.assert_outcomes(passed=1)
+
+
+def test_the_learning_rate_search_is_passed_through_as_train_lr():
+    from recallbench.api.errors import ConfigError
+    from recallbench.pytest_plugin.markers import build
+
+    for lr in ([3e-3, 1e-2], "auto"):
+        raw, plugin = build([dict(task="mqar", lr=lr, min_accuracy_reduced=0.5)])
+        assert raw["train"]["lr"] == lr and plugin["min_accuracy_reduced"] == 0.5
+    with pytest.raises(ConfigError, match=r"min_accuracy_reduced = 2 is not allowed: a number in \[0, 1\]"):
+        build([dict(task="mqar", min_accuracy_reduced=2)])

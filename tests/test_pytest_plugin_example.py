@@ -83,3 +83,21 @@ def test_example_passes_its_workflow_command_and_the_second_run_trains_nothing(
     entry = json.loads(next((pytester.path / ".recall-cache").glob("*.json")).read_text())
     assert entry["material"]["adapter"]["distribution"] == "tinyzoo"
     assert (pytester.path / "junit.xml").read_text().count('name="effective_state"') == 3
+
+
+@pytest.mark.slow
+def test_example_passes_on_a_quarter_budget_against_the_baselines_quarter_numbers(
+        pytester, plugin_dist, tmp_path):
+    """The pull-request workflow: --recall-budget 0.25, compared with the numbers the
+    baseline holds for that budget; min_accuracy gives way to min_accuracy_reduced."""
+    shutil.copytree(EXAMPLE / "tinyzoo", tmp_path / "tinyzoo")
+    plugin_dist(_entry_points(), {}, dist="tinyzoo")
+    _example_project(pytester)
+    result = pytester.runpytest_subprocess("--recall-baseline", "tests/recall-baseline.json",
+                                           "--recall-budget", "0.25", "--recall-device", "cpu",
+                                           "--recall-report", "report.json", timeout=600)
+    result.assert_outcomes(passed=3)
+    report = json.loads((pytester.path / "report.json").read_text())
+    assert [t["baseline"]["status"] for t in report["tests"]] == ["ok"] * 4
+    full = report["tests"][0]
+    assert full["record"]["steps"] <= 150 // 4 + 1 and full["min_accuracy"] == 0.8

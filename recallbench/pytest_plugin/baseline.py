@@ -3,12 +3,18 @@
 Schema ``recallbench.baseline/1``::
 
     {"schema": "recallbench.baseline/1",
-     "tests": {KEY: {"accuracy", "correct", "total", "state_size", "config_hash", "config"}}}
+     "tests": {KEY: {"accuracy", "correct", "total", "state_size", "config_hash", "config",
+                     "budgets": {"0.25": {"accuracy", "correct", "total", "max_steps"}}}}}
 
 KEY is the test's node id (``#2``, ``#3``, ... for its later ``recall()`` calls); config
-is the run's config less its execution-only keys.  A measurement regresses when its
-accuracy falls more than the tolerance below the stored one; a stored entry recorded
-with another config is a failure that names the changed keys.  Files are written as
+and config_hash are the test's config at the full budget (``--recall-budget 1``) less its
+execution-only keys, so one entry serves every budget; accuracy, correct and total are
+the full budget's, and ``budgets`` holds those measured under a reduced
+``--recall-budget`` (which scales ``train.max_steps``), keyed by the budget (``f"{b:g}"``).
+A measurement is compared with the stored numbers of its own budget: it regresses when its
+accuracy falls more than the tolerance below them; numbers missing for its budget fail
+with the command that records them; an entry recorded with another config is a failure
+that names the changed keys.  Files are written as
 plain JSON (a non-finite number as null); older files wrote them as the strings "inf",
 "-inf", "nan", which are read back as numbers.
 """
@@ -48,11 +54,30 @@ def load(path: Path) -> dict:
     return {key: _revive(entry) for key, entry in data["tests"].items()}
 
 
-def entry(record: dict) -> dict:
-    """What a baseline stores of a run."""
-    return {"accuracy": record["accuracy"], "correct": record["correct"],
-            "total": record["total"], "state_size": record["state_size"],
-            "config_hash": record["config_hash"], "config": strip_execution(record["config"])}
+def budget_key(budget: float) -> str:
+    return f"{budget:g}"
+
+
+def identity(cfg) -> dict:
+    """A test's config identity: its resolved config at the full budget (before
+    ``--recall-budget`` scales max_steps), less the execution-only keys."""
+    return {"config_hash": cfg.hash(), "config": strip_execution(cfg.to_dict())}
+
+
+def entry(record: dict, ident: dict, budget: float, stored: dict | None) -> dict:
+    """What a baseline stores of a run at ``budget``: the stored entry's numbers of other
+    budgets are kept while the config identity is the same."""
+    same = stored is not None and stored.get("config_hash") == ident["config_hash"]
+    out = {**(stored if same else {}), **ident, "state_size": record["state_size"]}
+    numbers = {k: record[k] for k in ("accuracy", "correct", "total")}
+    if budget == 1.0:
+        out.update(numbers)
+    else:
+        budgets = dict(out.get("budgets") or {})
+        budgets[budget_key(budget)] = {**numbers,
+                                       "max_steps": record["config"]["train"]["max_steps"]}
+        out["budgets"] = budgets
+    return out
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -65,9 +90,9 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def _changed(stored: dict, record: dict) -> str:
-    """The config keys that differ between a stored entry and a run, as one line."""
-    now = _flat({s: v for s, v in record["config"].items()})
+def _changed(stored: dict, ident: dict) -> str:
+    """The config keys that differ between a stored entry and a run's identity, as one line."""
+    now = _flat({s: v for s, v in ident["config"].items()})
     then = _flat(stored.get("config") or {})
     changed = [f"{k}: {then.get(k, '-')!r} -> {now.get(k, '-')!r}"
                for k in sorted(set(now) | set(then))
@@ -75,25 +100,34 @@ def _changed(stored: dict, record: dict) -> str:
     return "; ".join(changed) or "hash " + str(stored.get("config_hash"))[:12]
 
 
-def compare(stored: dict | None, key: str, record: dict, tol: float, *, path: str,
-            regen_hint: str, budget: float, problems: list) -> dict:
-    """The baseline status of a run (ok, improved, REGRESSED, missing, config changed);
-    a failure message is appended to ``problems`` where the test must fail."""
+def _numbers(stored: dict | None, budget: float) -> dict | None:
+    """The stored accuracy, correct and total of ``budget``; None if there are none."""
     if stored is None:
-        problems.append(f"no recall baseline for {key} in {path}; measured accuracy "
-                        f"{record['accuracy']:.4f}. Create it with `{regen_hint}` and "
-                        f"commit the file")
-        return {"status": "missing", "accuracy": None, "tolerance": tol}
-    out = {"status": "ok", "accuracy": stored.get("accuracy"), "tolerance": tol}
-    if stored.get("config_hash") != record["config_hash"]:
-        what = _changed(stored, record)
-        if budget != 1.0:
-            what += f"; note --recall-budget {budget:g} scales train.max_steps"
+        return None
+    numbers = stored if budget == 1.0 else (stored.get("budgets") or {}).get(budget_key(budget))
+    return numbers if isinstance(numbers, dict) and "accuracy" in numbers else None
+
+
+def compare(stored: dict | None, key: str, record: dict, ident: dict, tol: float, *,
+            path: str, regen_hint: str, budget: float, problems: list) -> dict:
+    """The baseline status of a run at ``budget`` (ok, improved, REGRESSED, missing,
+    config changed), against the entry of its config identity ``ident``; a failure
+    message is appended to ``problems`` where the test must fail."""
+    if stored is not None and stored.get("config_hash") != ident["config_hash"]:
+        what = _changed(stored, ident)
         problems.append(f"the recall baseline for {key} in {path} was recorded with another "
                         f"config ({what}); if the change is intended, update it with "
                         f"`{regen_hint}`")
-        out["status"] = "config changed"
-        return out
+        return {"status": "config changed", "accuracy": stored.get("accuracy"), "tolerance": tol}
+    numbers = _numbers(stored, budget)
+    if numbers is None:
+        at = "" if budget == 1.0 else f" at --recall-budget {budget:g}"
+        problems.append(f"no recall baseline for {key}{at} in {path}; measured accuracy "
+                        f"{record['accuracy']:.4f}. Create it with `{regen_hint}` and "
+                        f"commit the file")
+        return {"status": "missing", "accuracy": None, "tolerance": tol}
+    stored = numbers
+    out = {"status": "ok", "accuracy": stored.get("accuracy"), "tolerance": tol}
     before = float(stored["accuracy"])
     measured = float(record["accuracy"])
     if measured < before - tol:

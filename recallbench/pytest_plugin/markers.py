@@ -19,7 +19,8 @@ from recallbench.api.errors import ConfigError
 from recallbench.pytest_plugin.factory import FACTORY_ADAPTER, register_factory
 
 MARKER = "recall"
-PLUGIN_KEYS = ("min_accuracy", "tolerance", "factory", "state_size", "config")
+PLUGIN_KEYS = ("min_accuracy", "min_accuracy_reduced", "tolerance", "factory", "state_size",
+               "config")
 
 
 def layers(item: pytest.Item, call_keys: dict) -> list[dict]:
@@ -141,9 +142,10 @@ def _check_plugin_keys(plugin: dict, raw: dict) -> None:
     def number(v):
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
-    m = plugin.get("min_accuracy")
-    if m is not None and not (number(m) and 0 <= m <= 1):
-        fail("min_accuracy", m, "a number in [0, 1] or None")
+    for name in ("min_accuracy", "min_accuracy_reduced"):
+        m = plugin.get(name)
+        if m is not None and not (number(m) and 0 <= m <= 1):
+            fail(name, m, "a number in [0, 1] or None")
     t = plugin.get("tolerance")
     if t is not None and not (number(t) and t >= 0):
         fail("tolerance", t, "a number >= 0 or None")

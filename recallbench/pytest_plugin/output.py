@@ -1,7 +1,8 @@
 """What a recall session writes at its end (serial run or pytest-xdist controller).
 
 * the regenerated baseline (``--recall-regen``): the stored entries, the measured ones
-  replacing theirs (:mod:`~recallbench.pytest_plugin.baseline`);
+  replacing the numbers of this ``--recall-budget`` (the other budgets' are kept while
+  the config is the same; :mod:`~recallbench.pytest_plugin.baseline`);
 * the JSON report (``--recall-report``, schema ``recallbench.pytest-report/1``): every
   measurement in collection order, with its record, S_eff, baseline status and
   ``source`` (``trained``, ``session``: measured earlier in the session, ``cache``: read
@@ -32,7 +33,9 @@ def write_all(session) -> bool:
     the baseline or the report could not be written (the reason is in
     ``session.unwritten``, for the summary)."""
     ok = True
-    regenerated = {m["key"]: baseline.entry(m["record"]) for m in session.measurements
+    regenerated = {m["key"]: baseline.entry(m["record"], m["identity"], session.budget,
+                                            session.baseline.get(m["key"]))
+                   for m in session.measurements
                    if (m.get("baseline") or {}).get("status") == "regenerated"}
     if regenerated:
         tests = {**session.baseline, **regenerated}

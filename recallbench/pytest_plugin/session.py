@@ -164,10 +164,11 @@ class RecallSession:
         if self.device is not None:
             raw["train"]["device"] = self.device
         cfg = resolve(raw)
+        ident = baseline.identity(cfg)  # the full budget's: the baseline's key to the config
         if self.budget != 1.0 and cfg.train.max_steps > 0:
             cfg.train.max_steps = max(1, round(cfg.train.max_steps * self.budget))
             cfg.train.validate()
-        return cfg, plugin
+        return cfg, plugin, ident
 
     def _fetch(self, cfg, factory) -> tuple:
         """(record, source, share key, config error, unavailable reason) of a new config."""
@@ -209,7 +210,7 @@ class RecallSession:
         self._pending.setdefault(item.nodeid, []).append(entry)
         error = None
         try:
-            cfg, plugin = self._resolve(item, keys)
+            cfg, plugin, ident = self._resolve(item, keys)
         except ConfigError as exc:
             error = str(exc)
         if error is not None:
@@ -219,19 +220,21 @@ class RecallSession:
         result = RecallResult(json.loads(json.dumps(record)))  # the cache keeps its own copy
         result.key, result.cached = key, entry["source"] != TRAINED
         result.effective_state, result.effective_state_ci = s_eff, s_ci
+        min_acc = self._min_accuracy(plugin)
         entry.update(record=dict(result), effective_state=s_eff, effective_state_ci=s_ci,
-                     effective_state_error=s_err, min_accuracy=plugin.get("min_accuracy"))
+                     effective_state_error=s_err, min_accuracy=min_acc, identity=ident)
         for name, value in zip(JUNIT_PROPERTIES, (record["accuracy"], record["state_size"], s_eff)):
             if value is not None:
                 item.user_properties.append((name + suffix, value))
         problems = entry["problems"]
-        min_acc = plugin.get("min_accuracy")
         if min_acc is not None and record["accuracy"] < min_acc:
+            name = "min_accuracy" if self.budget >= 1.0 else "min_accuracy_reduced"
             problems.append(f"recall accuracy {record['accuracy']:.4f} "
                             f"({record['correct']}/{record['total']}) is below "
-                            f"min_accuracy {min_acc:g}")
+                            f"{name} {min_acc:g}"
+                            + (f" (--recall-budget {self.budget:g})" if self.budget != 1.0 else ""))
         tol = plugin.get("tolerance")
-        entry["baseline"] = self._baseline(key, item.nodeid, record,
+        entry["baseline"] = self._baseline(key, item.nodeid, record, ident,
                                            self.tolerance if tol is None else tol, problems)
         if entry["baseline"] is not None:
             result.baseline_accuracy = entry["baseline"].get("accuracy")
@@ -239,16 +242,23 @@ class RecallSession:
             pytest.fail("\n".join(problems), pytrace=False)
         return result
 
-    def _baseline(self, key: str, nodeid: str, record: dict, tol: float,
+    def _min_accuracy(self, plugin: dict) -> float | None:
+        """The floor this budget enforces: ``min_accuracy`` at the full budget (or above),
+        ``min_accuracy_reduced`` (if given) under a reduced one, where fewer steps are
+        expected to score lower and the baseline of that budget is the check."""
+        return plugin.get("min_accuracy" if self.budget >= 1.0 else "min_accuracy_reduced")
+
+    def _baseline(self, key: str, nodeid: str, record: dict, ident: dict, tol: float,
                   problems: list) -> dict | None:
         if self.baseline_path is None:
             return None
         if self.regen:
             return {"status": "regenerated", "accuracy": record["accuracy"], "tolerance": tol}
         path = self.baseline_arg
+        budget = "" if self.budget == 1.0 else f" --recall-budget {self.budget:g}"
         return baseline.compare(
-            self.baseline.get(key), key, record, tol, path=path, budget=self.budget,
-            regen_hint=f"pytest '{nodeid}' --recall-baseline {path} --recall-regen",
+            self.baseline.get(key), key, record, ident, tol, path=path, budget=self.budget,
+            regen_hint=f"pytest '{nodeid}' --recall-baseline {path}{budget} --recall-regen",
             problems=problems)
 
     # -- hooks --------------------------------------------------------------------

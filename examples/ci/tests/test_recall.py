@@ -11,7 +11,9 @@ TINY = dict(task="mqar", vocab_size=32, seq_len=16, num_facts=4,
             val_size=128, test_size=256)
 
 
-@pytest.mark.recall(**TINY, d_state=16, min_accuracy=0.9)
+# min_accuracy holds at the full budget; on pull requests (--recall-budget 0.25, a quarter
+# of the steps) the floor is min_accuracy_reduced, and the baseline's 0.25 numbers
+@pytest.mark.recall(**TINY, d_state=16, min_accuracy=0.9, min_accuracy_reduced=0.8)
 def test_full_state_recalls(recall):
     recall()
 

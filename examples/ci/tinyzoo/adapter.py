@@ -5,9 +5,7 @@
 """
 from __future__ import annotations
 
-from torch import nn
-
-from recallbench.api.adapter import Adapter, PreNormResidual
+from recallbench.api.adapter import Adapter
 from tinyzoo.layer import TinyLinearAttention
 
 
@@ -16,10 +14,9 @@ class TinyLinearAttentionAdapter(Adapter):
     library_class = "tinyzoo.layer.TinyLinearAttention"
     state_formula = "Λ · N · D"
 
-    def build_blocks(self, device):
-        d, n = self.cfg.d_model, self.cfg.d_state
-        return nn.ModuleList(PreNormResidual(TinyLinearAttention(d, n), d)
-                             for _ in range(self.cfg.n_layers))
+    def build_mixer(self, layer_idx, device):
+        # recallbench wraps it: pre-norm residual blocks, final RMSNorm, tied embedding
+        return TinyLinearAttention(self.cfg.d_model, self.cfg.d_state)
 
     def state_size(self) -> int:
         return self.cfg.n_layers * self.cfg.d_state * self.cfg.d_model
