@@ -1,10 +1,9 @@
 """mamba-ssm's kernels in pure torch, built on the references mamba-ssm ships itself.
 
 Each function takes the signature of the mamba-ssm kernel it stands in for;
-:mod:`recallbench.adapters.cpu.mamba_ssm_swaps` says which names get them.
+:mod:`recallbench.adapters.cpu.mamba_ssm_swaps` says which names get them.  Mamba-1's
+selective scan has its own module, :mod:`recallbench.adapters.cpu.selective_scan_fused`.
 
-* :func:`selective_scan_cpu`: ``selective_scan_fn`` (the CUDA extension) as mamba-ssm's
-  ``selective_scan_ref`` (a Python loop over L), with that reference's O(L²) backward removed.
 * :func:`chunk_scan_cpu`: ``mamba_chunk_scan_combined`` (Triton) as ``ssd_minimal_discrete``
   (Listing 1 of the Mamba-2 paper) with the dt / D / z handling of the kernel.
 * :func:`split_conv1d_scan_cpu`: ``mamba_split_conv1d_scan_combined`` step by step:
@@ -22,65 +21,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-
-
-def selective_scan_cpu(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                       return_last_state=False):
-    """mamba-ssm's ``selective_scan_ref`` (same signature, same arithmetic), restructured for speed.
-
-    The reference reads time step i as ``deltaA[:, :, i]``; autograd turns each such index
-    into a zero-filled full-size gradient, so its backward costs O(L²) memory traffic, most
-    of a Mamba training step on CPU (``python benchmarks/bench_adapters.py`` times the step).
-    Here the L axis is split once with ``unbind`` (one ``stack`` in the backward); every
-    other line is the reference's.  Complex A goes to the
-    reference unchanged.  Tested equal to ``selective_scan_ref`` (values and gradients).
-    """
-    from mamba_ssm.ops.selective_scan_interface import selective_scan_ref
-
-    if A.is_complex():
-        return selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
-    dtype_in = u.dtype
-    u = u.float()
-    delta = delta.float()
-    if delta_bias is not None:
-        delta = delta + delta_bias[..., None].float()
-    if delta_softplus:
-        delta = F.softplus(delta)
-    batch, dim, dstate = u.shape[0], A.shape[0], A.shape[1]
-    is_variable_B = B.dim() >= 3
-    is_variable_C = C.dim() >= 3
-    B = B.float()
-    C = C.float()
-    x = A.new_zeros((batch, dim, dstate))
-    deltaA = torch.exp(torch.einsum("bdl,dn->bdln", delta, A))
-    if not is_variable_B:
-        deltaB_u = torch.einsum("bdl,dn,bdl->bdln", delta, B, u)
-    elif B.dim() == 3:
-        deltaB_u = torch.einsum("bdl,bnl,bdl->bdln", delta, B, u)
-    else:
-        B = B.repeat_interleave(dim // B.shape[1], dim=1)  # "B G N L -> B (G H) N L"
-        deltaB_u = torch.einsum("bdl,bdnl,bdl->bdln", delta, B, u)
-    if is_variable_C and C.dim() == 4:
-        C = C.repeat_interleave(dim // C.shape[1], dim=1)
-    steps_A, steps_Bu = deltaA.unbind(2), deltaB_u.unbind(2)
-    steps_C = C.unbind(-1) if is_variable_C else None
-    ys = []
-    for i in range(u.shape[2]):
-        x = steps_A[i] * x + steps_Bu[i]
-        if not is_variable_C:
-            y = torch.einsum("bdn,dn->bd", x, C)
-        elif C.dim() == 3:
-            y = torch.einsum("bdn,bn->bd", x, steps_C[i])
-        else:
-            y = torch.einsum("bdn,bdn->bd", x, steps_C[i])
-        ys.append(y)
-    last_state = x
-    y = torch.stack(ys, dim=2)  # (batch dim L)
-    out = y if D is None else y + u * D[:, None]
-    if z is not None:
-        out = out * F.silu(z)
-    out = out.to(dtype=dtype_in)
-    return out if not return_last_state else (out, last_state)
 
 
 def chunk_scan_cpu(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,

@@ -16,6 +16,7 @@ from recallbench.adapters.kernel_swap import Swap, SwapSet
 
 from . import mamba_ssm_kernels as K
 from .mamba_ssm_import import import_mamba_ssm
+from .selective_scan_fused import selective_scan_cpu
 
 SIMPLE, MAMBA2 = "mamba_ssm.modules.mamba_simple", "mamba_ssm.modules.mamba2"
 LN, LN_GATED = "mamba_ssm.ops.triton.layer_norm", "mamba_ssm.ops.triton.layernorm_gated"
@@ -23,10 +24,11 @@ NO_KERNEL = "None: the module's own pure-torch branch"
 
 SWAPS = SwapSet("mamba-ssm CPU references", (
     # Mamba (mamba_simple): the selective scan, the CUDA extension
-    Swap(SIMPLE + ":selective_scan_fn", K.selective_scan_cpu, "selective_scan_ref, O(L) backward"),
+    Swap(SIMPLE + ":selective_scan_fn", selective_scan_cpu,
+         "selective_scan_ref's recurrence, fused backward"),
     # the same name in its home module, for callers that look it up there (ssd_selective_scan)
-    Swap("mamba_ssm.ops.selective_scan_interface:selective_scan_fn", K.selective_scan_cpu,
-         "selective_scan_ref, O(L) backward"),
+    Swap("mamba_ssm.ops.selective_scan_interface:selective_scan_fn", selective_scan_cpu,
+         "selective_scan_ref's recurrence, fused backward"),
     # Mamba: no causal-conv1d kernel -> nn.Conv1d, and the fused mamba_inner_fn path is skipped
     Swap(SIMPLE + ":causal_conv1d_fn", None, NO_KERNEL),
     Swap(SIMPLE + ":causal_conv1d_update", None, NO_KERNEL),

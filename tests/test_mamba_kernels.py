@@ -1,0 +1,208 @@
+"""The fused CPU selective scan (adapters/cpu/selective_scan_fused.py) against independent code.
+
+References: mamba-ssm's own ``selective_scan_ref`` (float32: it casts its inputs), a
+float64 token-by-token loop written here, mamba-ssm's ``Mamba`` run on the reference, and
+transformers' pure-torch ``MambaMixer`` / ``Mamba2Mixer``.  Errors are relative to the
+largest magnitude of the reference tensor: max|ours − ref| / max|ref|.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+try:  # before mamba_ssm: transformers binds its kernels at import (see test_adapters_mamba)
+    import transformers.models.mamba.modeling_mamba as hf_mamba
+    import transformers.models.mamba2.modeling_mamba2 as hf_mamba2
+    from transformers import Mamba2Config, MambaConfig
+except Exception:  # pragma: no cover - transformers missing or broken
+    hf_mamba = hf_mamba2 = None
+
+from recallbench.adapters.cpu.mamba_ssm_import import availability, import_mamba_ssm
+from recallbench.adapters.cpu.mamba_ssm_swaps import SWAPS
+from recallbench.adapters.cpu.selective_scan_fused import selective_scan_cpu
+from recallbench.api.config import ModelConfig
+from recallbench.api.registry import ADAPTERS
+from recallbench.harness.model import RecallModel
+
+AVAILABLE, REASON = availability()
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason=REASON or "mamba-ssm unavailable")
+
+NAMES = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def rel(ours: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((ours.double() - ref.double()).abs().max() / ref.double().abs().max()).item()
+
+
+def scan_inputs(bc: str, seed: int, L: int = 37, dtype=torch.float32) -> list[torch.Tensor]:
+    """u, delta, A, B, C, D, z, delta_bias; strong decays: Δ·|A| up to ~60 in some channels."""
+    g = torch.Generator().manual_seed(seed)
+    b, d, n = 2, 6, 4
+    bc_shape = {"fixed": (d, n), "shared": (b, n, L), "grouped": (b, 2, n, L)}[bc]
+    delta_bias = torch.linspace(-4.0, 2.0, d)  # softplus(…) from ~0.02 to ~2
+    A = -torch.rand(d, n, generator=g) * 30  # A ∈ [−30, 0]
+    ts = [torch.randn(b, d, L, generator=g), torch.randn(b, d, L, generator=g), A,
+          torch.randn(*bc_shape, generator=g), torch.randn(*bc_shape, generator=g),
+          torch.randn(d, generator=g), torch.randn(b, d, L, generator=g), delta_bias]
+    return [t.to(dtype).requires_grad_() for t in ts]
+
+
+def float64_loop(u, delta, A, B, C, D, z, delta_bias):
+    """The selective scan token by token in float64 (delta_softplus=True), with its last state."""
+    delta = torch.nn.functional.softplus(delta + delta_bias[:, None])
+    b, d, L = u.shape
+    per_channel = {2: lambda M, t: M, 3: lambda M, t: M[:, None, :, t],
+                   4: lambda M, t: M.repeat_interleave(d // M.shape[1], 1)[..., t]}
+    Bt, Ct = per_channel[B.dim()], per_channel[C.dim()]
+    x = u.new_zeros(b, d, A.shape[1])
+    ys = []
+    for t in range(L):
+        x = torch.exp(delta[..., t, None] * A) * x + (delta[..., t] * u[..., t])[..., None] * Bt(B, t)
+        ys.append((x * Ct(C, t)).sum(-1))
+    y = torch.stack(ys, -1) + u * D[:, None]
+    return y * torch.nn.functional.silu(z), x
+
+
+def outputs_and_grads(fn, ts):
+    y, last = fn(ts)
+    loss = (y * torch.linspace(-1, 1, y.shape[-1], dtype=y.dtype)).square().sum() + last.sum()
+    return [y, last, *torch.autograd.grad(loss, ts)]
+
+
+def ours(ts):
+    return selective_scan_cpu(*ts[:5], D=ts[5], z=ts[6], delta_bias=ts[7], delta_softplus=True,
+                              return_last_state=True)
+
+
+@pytest.mark.parametrize("bc", ["shared", "grouped", "fixed"])
+def test_fused_scan_equals_selective_scan_ref_and_a_float64_loop(bc):
+    import_mamba_ssm()
+    from mamba_ssm.ops.selective_scan_interface import selective_scan_ref
+
+    ts = scan_inputs(bc, seed=len(bc))
+    got = outputs_and_grads(ours, ts)
+    ref = outputs_and_grads(lambda t: selective_scan_ref(
+        *t[:5], D=t[5], z=t[6], delta_bias=t[7], delta_softplus=True, return_last_state=True), ts)
+    ts64 = [t.detach().double().requires_grad_() for t in ts]
+    exact = outputs_and_grads(lambda t: float64_loop(*t), ts64)
+    ours64 = outputs_and_grads(ours, ts64)
+    for name, a, r, e, a64 in zip(("out", "last_state", *NAMES), got, ref, exact, ours64):
+        assert a.dtype == torch.float32 and a64.dtype == torch.float64, name
+        assert rel(a, r) <= 1e-5, (name, rel(a, r))
+        assert rel(a, e) <= 1e-5, (name, rel(a, e))
+        assert rel(a64, e) <= 1e-12, (name, rel(a64, e))
+    assert rel(got[0], exact[0]) > 0  # float32 really ran in float32
+
+
+def test_fused_scan_without_optional_inputs_and_complex_A():
+    import_mamba_ssm()
+    from mamba_ssm.ops.selective_scan_interface import selective_scan_ref
+
+    u, delta, A, B, C = (t.detach() for t in scan_inputs("shared", seed=9, L=5)[:5])
+    delta = delta.abs()
+    torch.testing.assert_close(selective_scan_cpu(u, delta, A, B, C),
+                               selective_scan_ref(u, delta, A, B, C), rtol=1e-5, atol=1e-6)
+    Ac = torch.complex(A, torch.ones_like(A))
+    Bc, Cc = torch.cat([B, B], -1), torch.cat([C, -C], -1)  # complex B, C: (b, n, 2L)
+    torch.testing.assert_close(selective_scan_cpu(u, delta, Ac, Bc, Cc),
+                               selective_scan_ref(u, delta, Ac, Bc, Cc), rtol=0, atol=0)
+
+
+def _run_model(model, x, y):
+    logits = model(x)
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-100)
+    loss.backward()
+    return logits.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+
+def test_mamba_adapter_logits_and_grads_equal_with_the_reference_scan():
+    """The mamba adapter, fused scan vs mamba-ssm's selective_scan_ref: logits and every gradient."""
+    import_mamba_ssm()
+    from mamba_ssm.modules import mamba_simple
+    from mamba_ssm.ops.selective_scan_interface import selective_scan_ref
+
+    cfg = ModelConfig(adapter="mamba", d_model=16, d_state=8, n_layers=2)
+    torch.manual_seed(0)
+    model = RecallModel(ADAPTERS.get("mamba")(cfg), 32)
+    x = torch.randint(0, 32, (3, 29), generator=torch.Generator().manual_seed(1))
+    y = torch.randint(0, 32, (3, 29), generator=torch.Generator().manual_seed(2))
+    logits, grads = _run_model(model, x, y)
+    model.zero_grad()
+    with SWAPS.applied():  # the blocks' own (nested) install keeps this binding
+        mamba_simple.selective_scan_fn = selective_scan_ref
+        try:
+            ref_logits, ref_grads = _run_model(model, x, y)
+        finally:
+            mamba_simple.selective_scan_fn = selective_scan_cpu
+    assert rel(logits, ref_logits) <= 1e-5
+    assert sorted(grads) == sorted(ref_grads) and len(grads) > 10
+    for name, gr in grads.items():
+        assert rel(gr, ref_grads[name]) <= 1e-5, (name, rel(gr, ref_grads[name]))
+
+
+def _hf_uses_torch(fn) -> bool:
+    cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in (fn.__closure__ or ()))))
+    return not cells.get("is_new_implementation", False)
+
+
+def _compare_mixers(ours, theirs, x):
+    """Same weights (copied by name); output, input gradient and every parameter gradient."""
+    mine, ref = dict(ours.named_parameters()), dict(theirs.named_parameters())
+    assert sorted(mine) == sorted(ref)
+    with torch.no_grad():
+        for name, p in ref.items():
+            p.copy_(mine[name])
+    results = []
+    for module, swapped in ((ours, True), (theirs, False)):
+        xi = x.clone().requires_grad_()
+        with SWAPS.applied() if swapped else torch.enable_grad():
+            out = module(xi)
+        out.square().sum().backward()
+        results.append((out.detach(), xi.grad, {k: p.grad for k, p in module.named_parameters()}))
+    (o1, x1, g1), (o2, x2, g2) = results
+    assert rel(o1, o2) <= 1e-4 and rel(x1, x2) <= 1e-4
+    for name in g1:
+        assert rel(g1[name], g2[name]) <= 1e-4, (name, rel(g1[name], g2[name]))
+
+
+@pytest.mark.skipif(hf_mamba is None, reason="transformers' Mamba is not importable")
+def test_mamba_mixer_gradients_equal_transformers_mamba_mixer():
+    if not _hf_uses_torch(hf_mamba.mamba_selective_scan):
+        pytest.skip("transformers bound its Mamba scan to mamba-ssm (imported before transformers)")
+    ms = import_mamba_ssm()
+    torch.manual_seed(0)
+    ours = ms.Mamba(16, d_state=8, d_conv=3, expand=2)
+    with torch.no_grad():  # off the initial values, so the copy is really tested
+        for p in ours.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    cfg = MambaConfig(hidden_size=16, state_size=8, conv_kernel=3, expand=2,
+                      time_step_rank=ours.dt_rank, use_conv_bias=True, use_bias=False,
+                      num_hidden_layers=1)
+    _compare_mixers(ours, hf_mamba.MambaMixer(cfg, layer_idx=0),
+                    torch.randn(2, 23, 16, generator=torch.Generator().manual_seed(3)))
+
+
+@pytest.mark.skipif(hf_mamba2 is None, reason="transformers' Mamba2 is not importable")
+def test_mamba2_mixer_gradients_equal_transformers_mamba2_mixer():
+    if not _hf_uses_torch(hf_mamba2.mamba2_chunk_scan):
+        pytest.skip("transformers bound its Mamba-2 scan to mamba-ssm (imported before transformers)")
+    ms = import_mamba_ssm()
+    torch.manual_seed(0)
+    ours = ms.Mamba2(16, d_state=8, d_conv=3, expand=2, headdim=8, ngroups=2, chunk_size=8)
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    cfg = Mamba2Config(hidden_size=16, state_size=8, conv_kernel=3, expand=2, num_heads=4,
+                       head_dim=8, n_groups=2, chunk_size=8, use_conv_bias=True, use_bias=False,
+                       layer_norm_epsilon=ours.norm.eps, num_hidden_layers=1,
+                       time_step_limit=(0.0, float("inf")))
+    _compare_mixers(ours, hf_mamba2.Mamba2Mixer(cfg, layer_idx=0),
+                    torch.randn(2, 21, 16, generator=torch.Generator().manual_seed(4)))
