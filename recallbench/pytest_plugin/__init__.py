@@ -16,7 +16,9 @@ Marker and ``recall(...)`` keywords
   (``max_steps``, ``lr``, ``seed``, ...); a name two sections share must be dotted;
 * dotted names ``"section.key"`` (as ``--set``), e.g. ``**{"model.options.embedding": "gaussian"}``;
 * ``config={...}``: a raw config mapping (sections task/model/train), the lowest layer;
-* the plugin's own: ``min_accuracy`` (asserted by the fixture), ``tolerance`` (against
+* the plugin's own: ``min_accuracy`` (asserted by the fixture at the full budget),
+  ``min_accuracy_reduced`` (asserted instead under a reduced ``--recall-budget``),
+  ``tolerance`` (against
   the baseline; default ``--recall-tolerance``), ``factory`` (an ``nn.Module`` factory
   instead of an adapter name) and ``state_size`` (the factory's state size, for reports).
 
