@@ -57,7 +57,7 @@ def tiny_built(tmp_path_factory):
     (suite_dir / "suite.yaml").write_text(TINY_SUITE)
     suite = lb.load_suite(suite_dir)
     counts = lb.run_suite(suite, "designed", root / "store", log=lambda m: None)
-    assert counts == {"points": 6, "skipped": 0, "ran": 6, "failed": 0}
+    assert counts == {"points": 6, "skipped": 0, "ran": 6, "failed": 0, "left": 0}
     sub = lb.build_submission(suite, lb.load_store_records([root / "store"]), "designed-ref")
     lb.write_submission(sub, suite_dir / "submissions" / "designed-ref.yaml")
     return root, sub
@@ -109,7 +109,10 @@ def test_suite_grid_and_point_config(tiny):
     (lambda d: d.update(schema="x/1"), "schema must be"),
     (lambda d: d.update(name="other"), "must equal its folder name"),
     (lambda d: d.update(num_facts=[2, 2]), "distinct positive"),
-    (lambda d: d["train"].update(lr=0.1), "train.lr is the grid"),
+    (lambda d: d["train"].update(lr=0.1), "give the learning rate once"),
+    (lambda d: d["train"].update(seed=1), "train.seed is the grid"),
+    (lambda d: (d.pop("lr"), d["train"].update(lr=[0.1, -1])), "train.lr"),
+    (lambda d: d.update(retired=""), "retired must be a text"),
     (lambda d: d.update(budgets=[{"name": "../x", "model": {"d_model": 4}}]), "not a plain name"),
     (lambda d: d.update(extra=1), "unknown key"),
 ])
@@ -196,6 +199,27 @@ def _edited(tiny, edit, name: str = "bad.yaml", rehash: bool = True) -> Path:
 
 def _point(data, j: int = 0) -> dict:
     return data["budgets"][0]["points"][j]
+
+
+def test_grid_submission_without_the_protocol_fields_stays_valid(tiny):
+    """A suite with a top-level lr list (one run per lr) accepts submissions made before
+    points carried lr_search, converged, stop_reason and steps_to, and the model its
+    provenance; the page shows "—" for them.  A search result there is refused."""
+    data = copy.deepcopy(tiny["sub"])
+    del data["model"]["provenance"]
+    for b in data["budgets"]:
+        for p in b["points"]:
+            for k in ("lr_search", "converged", "stop_reason", "steps_to"):
+                del p[k]
+    path = _write(tiny, "designed-ref.yaml", data)
+    lb.validate_file(path)
+    lb.render(tiny["suite_dir"], plot=False)
+    page = (tiny["suite_dir"] / "index.html").read_text()
+    assert "<dt>lr search</dt><dd>—</dd>" in page and "<dt>provenance</dt><dd>—</dd>" in page
+    _point(data)["lr_search"] = [{"lr": 0.01, "val_accuracy": 0.5, "steps": 0, "converged": True,
+                                  "error": None}]
+    _reject(_write(tiny, "designed-ref.yaml", data), "point 1: lr_search: must be null: the "
+            "config trains one lr")
 
 
 def test_tampered_counts_fail_the_content_hash(tiny):
@@ -469,6 +493,11 @@ def test_submit_bad_input_is_one_line(tiny, tmp_path, cli, args, match):
     (["run", "--adapter", "designed", "--limit", "0"], "--limit 0: must be >= 1"),
     (["run", "--adapter", "no-such-adapter"], "unknown adapter 'no-such-adapter'"),
     (["run", "--adapter", "designed", "--store", "{file}"], "not a directory"),
+    (["run", "--adapter", "designed", "--workers", "2"], "--workers: is for --executor processes"),
+    (["run", "--adapter", "designed", "--workers", "0"], "--workers 0: must be >= 1"),
+    (["run", "--adapter", "designed", "--executor", "processes", "--workers", "100000"],
+     "--workers 100000 is not allowed: must be in [1, "),
+    (["run", "--adapter", "designed", "--time-budget", "0.5"], "--time-budget 0.5: must be in [1, 1e7]"),
     (["verify", "{sub}", "--sample", "0"], "--sample 0: must be >= 1"),
     (["verify", "{sub}", "--seed", "-1"], "--seed -1: must be in [0, 2**32)"),
     (["verify", "{suite}"], "verify takes one submission"),

@@ -1,7 +1,9 @@
 """``recallbench leaderboard``: run a suite, validate and verify submissions, render tables.
 
-    recallbench leaderboard run --suite leaderboards/cpu-small --adapter NAME --store STORE
+    recallbench leaderboard run --suite leaderboards/cpu-v2 --adapter NAME --store STORE
                                 [--set model.key=value ...] [--limit N]
+                                [--executor inprocess|processes] [--workers K]
+                                [--time-budget SECONDS]
     recallbench leaderboard validate FILE...        (or a suite folder: all its submissions)
     recallbench leaderboard verify FILE --sample K [--seed N] [--device cpu]
     recallbench leaderboard render SUITE_DIR... [--check] [--no-plot]
@@ -24,6 +26,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", metavar="model.KEY=VALUE",
                    help="adapter settings the suite leaves open (model.* only); repeatable")
     p.add_argument("--limit", type=int, help="run at most this many missing points (>= 1)")
+    p.add_argument("--executor", choices=["inprocess", "processes"], default="inprocess",
+                   help="inprocess: one point after another here (default); processes: "
+                        "--workers local worker processes")
+    p.add_argument("--workers", type=int, metavar="K",
+                   help="worker processes (--executor processes; default: the CPUs). On a "
+                        "CPU suite at most the CPUs; on a cuda suite they share the GPU and "
+                        "may number up to 4 per CPU (at most 32)")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="stop cleanly before a round of points that would end after this "
+                        "many seconds (the first round always runs); the same command "
+                        "continues where it stopped")
 
     p = sub.add_parser("validate", help="check submissions: schema, suite, hashes, Fano bound")
     p.add_argument("files", nargs="+", help="submission .yaml files or suite folders")
@@ -72,12 +85,24 @@ def _check_run_settings(suite, adapter: str, extra: dict) -> None:
                           f"{str(exc)[:100]})") from None
 
 
-def _run(args) -> int:
-    from recallbench import leaderboard as lb
-
+def _check_run_flags(args) -> None:
+    """Flags that are wrong whatever the suite: one line before anything is read."""
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit {args.limit}: must be >= 1")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers {args.workers}: must be >= 1")
+    if args.time_budget is not None and not 1 <= args.time_budget <= 10 ** 7:
+        raise ConfigError(f"--time-budget {args.time_budget:g}: must be in [1, 1e7] seconds")
+
+
+def _suite_to_run(args):
+    """The suite, and the model settings of --set: refused in one line when the suite is
+    retired, a setting is one the suite fixes, or the first point does not resolve."""
+    from recallbench import leaderboard as lb
+
     suite = lb.load_suite(args.suite)
+    if suite.retired:
+        raise ConfigError(f"suite {suite.name} is retired, no new runs: {suite.retired}")
     fixed = set()
     for b in suite.budgets:
         fixed |= set(b["model"])
@@ -86,10 +111,40 @@ def _run(args) -> int:
     if clash:
         raise ConfigError(f"--set model.{clash[0]}: fixed by suite {suite.name}")
     _check_run_settings(suite, args.adapter, extra)
-    counts = lb.run_suite(suite, args.adapter, args.store, model_extra=extra, limit=args.limit,
-                          log=lambda m: print(m, flush=True))
+    if str(suite.data.get("device") or "").startswith("cuda"):
+        from recallbench.harness.train import pick_device
+
+        pick_device(suite.data["device"])  # no GPU here: one line, before any worker starts
+    return suite, extra
+
+
+def _run(args) -> int:
+    import sys
+
+    from recallbench import leaderboard as lb
+    from recallbench.runs.interrupt import Terminated, sigterm_unwinds
+
+    _check_run_flags(args)
+    suite, extra = _suite_to_run(args)
+    notify = lambda m: print(f"recallbench: {m}", file=sys.stderr, flush=True)  # noqa: E731
+    executor = lb.suite_executor(suite, args.executor, args.workers, notify=notify)
+    try:
+        with sigterm_unwinds():  # SIGTERM unwinds like Ctrl-C: the workers stop, records stay
+            counts = lb.run_suite(suite, args.adapter, args.store, model_extra=extra,
+                                  limit=args.limit, executor=executor,
+                                  time_budget=args.time_budget, log=lambda m: print(m, flush=True))
+    except (KeyboardInterrupt, Terminated) as exc:
+        term = isinstance(exc, Terminated)
+        print(f"recallbench: {'terminated (SIGTERM)' if term else 'interrupted'}; the points "
+              f"that finished are in {args.store}, and the same command resumes from there",
+              file=sys.stderr, flush=True)
+        return Terminated.exit_status if term else 130
+    finally:
+        executor.close()
+    left = (f", {counts['left']} left: run the same command again to continue"
+            if counts["left"] else "")
     print(f"done: {counts['ran']} ran, {counts['failed']} failed, {counts['skipped']} skipped "
-          f"(store {args.store})")
+          f"(store {args.store}){left}")
     return 1 if counts["failed"] else 0
 
 

@@ -65,6 +65,8 @@ def command(args) -> int:
     from recallbench import leaderboard as lb
 
     suite = lb.load_suite(args.suite)
+    if suite.retired:
+        raise ConfigError(f"suite {suite.name} is retired, no new submissions: {suite.retired}")
     lb.check_name(args.model_name, "--model-name")
     _check_text(args)
     out = Path(args.out) if args.out else suite.dir / lb.SUBMISSIONS_DIR / f"{lb.slug(args.model_name)}.yaml"

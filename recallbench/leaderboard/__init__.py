@@ -31,7 +31,7 @@ from recallbench.leaderboard.render import (PLOT, README, acc_by_nf, fmt, leader
                                             render_markdown)
 from recallbench.leaderboard.plot import render_plot
 from recallbench.leaderboard.run import (load_store_records, new_seed, run_suite, sample_points,
-                                        verify)
+                                        suite_executor, verify)
 from recallbench.leaderboard.submission import (SUBMISSION_SCHEMA, build_submission, content_sha256,
                                                 write_submission)
 from recallbench.leaderboard.suite import (SUBMISSIONS_DIR, SUITE_FILE, Suite, load_suite,
@@ -45,5 +45,5 @@ __all__ = [
     "check_submission", "content_sha256", "dump_yaml", "fmt", "leaderboard_rows",
     "load_store_records", "load_suite", "merge_config", "new_seed", "read_yaml_data", "render",
     "render_markdown", "render_plot", "run_suite", "sample_points", "slug", "submission_files",
-    "suite_dirs", "valid_board", "validate_file", "verify", "write_submission",
+    "suite_dirs", "suite_executor", "valid_board", "validate_file", "verify", "write_submission",
 ]

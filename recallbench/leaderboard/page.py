@@ -89,12 +89,14 @@ def _intro(suite: Suite) -> list[str]:
     sc = suite.scoring
     items = [("task", f"{task}; N_f ∈ {{{', '.join(map(str, suite.num_facts))}}}"),
              ("budgets", budgets),
-             ("recipe", f"{recipe}; lr ∈ {', '.join(f'{x:g}' for x in suite.lrs)}; seeds "
+             ("recipe", f"{recipe}; {suite.lr_text()}; seeds "
                         f"{', '.join(map(str, suite.seeds))}"),
              ("scoring", f"mean over seeds (best learning rate); S_eff fitted with the law "
                          f"({sc['form']}), capacity N_f*(δ={sc['delta']}), "
                          f"{int(sc['level'] * 100)}% intervals")]
     out = [f"<h1>Leaderboard: {_e(d.get('title') or suite.name)}</h1>"]
+    if suite.retired:
+        out.append(f'<p class="note"><strong>Retired</strong>: {_e(suite.retired)}</p>')
     if d.get("description"):
         out.append(f"<p>{_e(str(d['description']).strip())}</p>")
     out.append('<dl class="suite">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in items)
@@ -172,12 +174,21 @@ def _lr_search(entries: Any) -> str:
     return _cut(" / ".join(texts), 2 * TEXT_LIMIT)
 
 
+def _kept_lr(budget: Mapping, nf: int, means: Mapping) -> str:
+    """The lr of the best mean at N_f; where each run searched, the seeds' choices."""
+    best = max(means, key=means.get)
+    if best != "search":
+        return f"{best:g}"
+    return "/".join(f"{x:g}" for x in sorted({float(p["lr"]) for p in budget["points"]
+                                              if p["num_facts"] == nf}))
+
+
 def _chosen_lrs(budgets: list[Mapping]) -> str:
-    """Per budget, the learning rate kept at each N_f (best mean accuracy over seeds)."""
+    """Per budget, the learning rate kept at each N_f (best mean accuracy over seeds, or
+    each seed's choice by validation where the runs searched)."""
     parts = []
     for b in budgets:
-        means = lr_means(b)
-        chosen = ", ".join(f"N_f={nf}: {max(m, key=m.get):g}" for nf, m in sorted(means.items()))
+        chosen = ", ".join(f"N_f={nf}: {_kept_lr(b, nf, m)}" for nf, m in sorted(lr_means(b).items()))
         parts.append(f"{b['name']}: {chosen}")
     return "; ".join(parts)
 

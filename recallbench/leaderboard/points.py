@@ -2,8 +2,8 @@
 
 A submission stores each budget's full ``config`` once and each point's ``delta`` from it
 (per section); the point's config is ``merge_config(budget config, delta)``.  Within one
-budget only the grid's own keys (N_f, lr, seed) and execution keys may differ: one model
-config per submission.  A point follows the suite when its config holds every value the
+budget only the grid's own keys (N_f, seed, and lr where the suite has an lr grid) and
+execution keys may differ: one model config per submission.  A point follows the suite when its config holds every value the
 suite fixes for it (:meth:`Suite.fixed_values`).
 """
 from __future__ import annotations
@@ -19,11 +19,6 @@ from recallbench.leaderboard.checks import is_int, is_num, need, short
 # what may differ between the points of one budget: the grid's own keys and execution keys
 DELTA_ALLOWED = {"task": {"num_facts"}, "model": set(),
                  "train": {"lr", "seed", *EXECUTION_KEYS["train"]}}
-
-
-def point_key(p: Mapping) -> tuple:
-    """(budget, N_f, lr, seed) of a grid point, typed for comparison."""
-    return (p["budget"], int(p["num_facts"]), float(p["lr"]), int(p["seed"]))
 
 
 def first_mismatch(full: Mapping, fixed: Mapping) -> str | None:

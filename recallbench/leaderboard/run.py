@@ -1,7 +1,10 @@
 """Running a suite into a result store, and re-running sampled points of a submission.
 
 :func:`run_suite` trains every missing point of a suite's grid for one adapter and
-appends the records to a store (what `recallbench submit` then reads);
+appends the records to a store (what `recallbench submit` then reads), through
+:func:`recallbench.runs.driver.drive` and the executor :func:`suite_executor` makes (in
+this process, or worker processes; resumable: points already in the store are skipped;
+with a time budget it stops cleanly between rounds and the same command continues);
 :func:`verify` re-runs K points of a submission, chosen by :func:`sample_points` from a
 seed the verifier picks (its own randomness, or ``--seed`` to repeat a verification),
 never from anything in the submission, and compares the accuracies with the suite's
@@ -9,6 +12,7 @@ tolerance.
 """
 from __future__ import annotations
 
+import os
 import random
 import secrets
 import time
@@ -38,52 +42,130 @@ def load_store_records(paths: Iterable[str | Path]) -> list[dict]:
                           f"{str(exc)[:100]})") from None
 
 
-def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Mapping | None = None,
-              limit: int | None = None, log: Callable[[str], None] = print,
-              runner: Callable | None = None) -> dict[str, int]:
-    """Run every point of ``suite`` for ``adapter`` not yet in ``store`` (ok runs skipped).
+#: processes sharing one GPU may outnumber the CPUs (a small model's worker mostly waits
+#: on its kernels), up to this many per CPU and :data:`MAX_GPU_WORKERS` in all
+GPU_WORKERS_PER_CPU = 4
+MAX_GPU_WORKERS = 32
 
-    Records are appended to ``STORE/results.jsonl`` as each run finishes; a run that
-    raises is stored as a failed record (and retried next time).
-    """
-    from recallbench.api.config import resolve
+
+def suite_executor(suite: Suite, kind: str = "inprocess", workers: int | None = None, *,
+                   runner: Callable | None = None, notify: Callable[[str], None] | None = None):
+    """The executor of a suite's runs: ``inprocess`` (one point after another here; a user
+    error or a missing dependency stops the run instead of failing every point), or
+    ``processes`` (``workers`` local processes, the suite's ``threads`` each).  On a CPU
+    suite the workers are bounded by the CPUs (:func:`recallbench.runs.executors.make_executor`);
+    on a ``cuda`` suite they share the GPU and may number up to :data:`GPU_WORKERS_PER_CPU`
+    per CPU (at most :data:`MAX_GPU_WORKERS`)."""
     from recallbench.api.errors import UnavailableError
-    from recallbench.api.registry import ADAPTERS
-    from recallbench.runs.driver import Job, drive
-    from recallbench.runs.executors import InProcess
+    from recallbench.runs.executors import InProcess, Processes, make_executor
 
-    ADAPTERS.require(adapter, where=f"suite {suite.name}")
-    store = Path(store)
-    need(store.is_dir() or not (store.exists() or store.is_symlink()), f"--store {store}",
-         "exists and is not a directory")
+    need(kind in ("inprocess", "processes"), "--executor", f"{kind!r} is not allowed: one of "
+         "inprocess, processes")
+    if kind == "inprocess":
+        need(workers is None, "--workers", "is for --executor processes")
+        return InProcess(runner=runner, reraise=(ConfigError, UnavailableError))
+    threads = suite.data.get("threads") or 1
+    if not str(suite.data.get("device") or "").startswith("cuda"):
+        return make_executor("processes", workers=workers, threads=threads, notify=notify)
+    cpus = os.cpu_count() or 1
+    most = min(GPU_WORKERS_PER_CPU * cpus, MAX_GPU_WORKERS)
+    need(workers is None or 1 <= workers <= most, f"--workers {workers}",
+         f"is not allowed: must be in [1, {most}] ({GPU_WORKERS_PER_CPU} per CPU, at most "
+         f"{MAX_GPU_WORKERS}, for processes sharing the GPU)")
+    return Processes(workers or cpus, threads, False, notify)
+
+
+def _todo(suite: Suite, adapter: str, store: Path, model_extra: Mapping | None) -> list:
+    """Jobs of the points whose run is not yet in ``store`` as ok, in the suite's order."""
+    from recallbench.api.config import resolve
+    from recallbench.runs.driver import Job
+
     done = read_store(store).hashes("ok") if store.exists() else set()
     todo = []
     for p in suite.points():
         cfg = resolve(suite.point_config(adapter, p, model_extra))
         if cfg.hash() not in done:
             todo.append(Job(cfg, tag=p))
-    counts = {"points": len(suite.points()), "skipped": len(suite.points()) - len(todo), "ran": 0,
-              "failed": 0}
+    return todo
+
+
+def _outcome(record: Mapping) -> str:
+    """A finished point for its progress line: accuracy, the lr chosen, convergence."""
+    if record.get("status") != "ok":
+        return f"FAILED: {record.get('error')}"
+    msg = f"accuracy {record['accuracy']:.4f} ({record['correct']}/{record['total']})"
+    if record.get("lr_search"):
+        msg += f", lr {record['lr']:g} chosen of {len(record['lr_search'])}"
+    if record.get("stop_reason"):
+        conv = "converged" if record.get("converged") else "NOT converged"
+        msg += f", {conv} ({record['stop_reason']} at step {record.get('steps')})"
+    return msg
+
+
+def wave_size(left: int, parallel: int, budget: float | None, elapsed: float,
+              round_s: float | None) -> int:
+    """How many points to start now: all without a time budget; one round (``parallel``
+    points) when no round has been timed yet; else as many whole rounds as the time left
+    holds at ``round_s`` seconds each (0: stop)."""
+    if budget is None:
+        return left
+    if round_s is None:
+        return min(left, parallel)
+    rounds = int((budget - elapsed) // round_s) if round_s > 0 else left
+    return max(0, min(left, rounds * parallel))
+
+
+def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Mapping | None = None,
+              limit: int | None = None, log: Callable[[str], None] = print,
+              runner: Callable | None = None, executor=None, time_budget: float | None = None,
+              clock: Callable[[], float] = time.monotonic) -> dict[str, int]:
+    """Run every point of ``suite`` for ``adapter`` not yet in ``store`` (ok runs skipped).
+
+    Records are appended to the store as each run finishes (so an interrupted run resumes
+    where it stopped); a run that raises is stored as a failed record (and retried next
+    time).  ``executor``: :func:`suite_executor`'s (default in-process, with ``runner``).
+    ``time_budget`` (seconds): points start in waves of whole rounds, and no wave starts
+    that the time left would not hold at the slowest round seen so far; the first round
+    always runs.  Counts: points, skipped (already in the store), ran, failed, left.
+    """
+    from recallbench.api.registry import ADAPTERS
+    from recallbench.runs.driver import Tally, drive
+
+    ADAPTERS.require(adapter, where=f"suite {suite.name}")
+    store = Path(store)
+    need(store.is_dir() or not (store.exists() or store.is_symlink()), f"--store {store}",
+         "exists and is not a directory")
+    start = clock()
+    todo = _todo(suite, adapter, store, model_extra)
+    n = len(suite.points())
+    counts = {"points": n, "skipped": n - len(todo), "ran": 0, "failed": 0, "left": len(todo)}
     if limit is not None:
         todo = todo[:limit]
-    log(f"suite {suite.name}, adapter {adapter}: {counts['points']} points, "
-        f"{counts['skipped']} already in {store}, {len(todo)} to run")
+    executor = executor or suite_executor(suite, runner=runner)
+    log(f"suite {suite.name}, adapter {adapter}: {n} points, {counts['skipped']} already in "
+        f"{store}, {len(todo)} to run [{executor.name}"
+        + (f" x{executor.parallel}" if executor.parallel > 1 else "") + "]"
+        + (f", time budget {time_budget:g} s" if time_budget is not None else ""))
     if not todo:
         return counts
-    def show(job, record, tally) -> None:
-        p = job.tag
-        if record.get("status") == "ok":
-            msg = f"accuracy {record['accuracy']:.4f} ({record['correct']}/{record['total']})"
-        else:
-            msg = f"FAILED: {record.get('error')}"
-        log(f"[{tally.ran}/{len(todo)}] {p['budget']} N_f={p['num_facts']} lr={p['lr']:g} "
-            f"seed={p['seed']}: {msg} in {tally.lap:.1f}s")
+    tally, total = Tally(), len(todo)
 
-    # a run that crashes is data (a failed record); a user error or a missing dependency stops
-    executor = InProcess(runner=runner, reraise=(ConfigError, UnavailableError))
+    def show(job, record, tally) -> None:
+        log(f"[{tally.ran}/{total}] {suite.label(job.tag)}: {_outcome(record)} "
+            f"in {tally.lap:.1f}s")
+
+    round_s = None
     with Store(store) as out:
-        tally = drive([[job] for job in todo], executor, out, show)
-    counts.update(ran=tally.ok, failed=tally.failed)
+        while todo:
+            k = wave_size(len(todo), executor.parallel, time_budget, clock() - start, round_s)
+            if k == 0:
+                break
+            wave, todo = todo[:k], todo[k:]
+            t0 = clock()
+            drive([[job] for job in wave], executor, out, show, tally)
+            rounds = -(-k // executor.parallel)
+            round_s = max(round_s or 0.0, (clock() - t0) / rounds)
+    counts.update(ran=tally.ok, failed=tally.failed, left=counts["left"] - tally.ran)
     return counts
 
 

@@ -6,14 +6,30 @@ should be (text of bounded length, a count, a finite number, a flag) before anyt
 reads it, so that a malformed file is one line naming the file and the field, never a
 traceback.  Counts are bounded by ``checks.MAX_COUNT`` (10**400 is refused, not
 overflowed).
+
+The training protocol's facts that a point copies from its record (``lr_search``,
+``stop_reason``, ``steps_to``; :mod:`recallbench.harness.lr_search`,
+:mod:`recallbench.harness.convergence`) and the model's ``provenance``
+(:mod:`recallbench.api.provenance`) are checked entry by entry
+(:func:`check_protocol_fields`): exact keys, types, bounded sizes.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from recallbench.leaderboard.checks import is_count, is_int, is_num, need
+import re
+
+from recallbench.leaderboard.checks import is_count, is_int, is_num, need, short
 
 MAX_TEXT = 500  # characters in one descriptive text field
+#: a run's stop reasons (:mod:`recallbench.harness.convergence`)
+STOP_REASONS = ("early_stop", "plateau", "max_steps")
+#: the accuracy levels of ``steps_to``, as the record writes them
+LEVELS = ("0.5", "0.9", "0.99")
+#: the most candidates an lr search may try (``recallbench.api.config.MAX_LRS``)
+MAX_LR_SEARCH = 16
+LR_ENTRY_KEYS = ("lr", "val_accuracy", "steps", "converged", "error")
+PROVENANCE_KEYS = ("distribution", "version", "library", "library_version", "source_sha256")
 
 
 def _text(x) -> bool:
@@ -69,6 +85,8 @@ POINT = {"num_facts": (lambda x: is_count(x, 1), "a positive integer"),
          "info_bits": (lambda x: is_num(x) and 0 < x <= 1e9, "a number in (0, 1e9]"),
          "steps": OPT_COUNT, "best_step": OPT_COUNT,
          "converged": (_opt(lambda x: isinstance(x, bool)), "null, true or false"),
+         "stop_reason": (_opt(lambda x: isinstance(x, str) and x in STOP_REASONS),
+                         f"null or one of {', '.join(STOP_REASONS)}"),
          "train_s": OPT_SECONDS, "wall_s": OPT_SECONDS}
 SCORE_VALUE = (_opt(is_num), "null or a finite number")
 SCORE_CI = (lambda x: isinstance(x, list) and len(x) == 2 and all(SCORE_VALUE[0](v) for v in x),
@@ -97,3 +115,56 @@ def check_score(score: Mapping, where: str) -> None:
         for k in SCORE_KEYS:
             test, what = SCORE_CI if k == "s_eff_ci" else SCORE_VALUE
             need(test(entry[k]), f"{vw}.{k}", f"must be {what}")
+
+
+def _check_lr_search(entries, where: str) -> None:
+    """``lr_search``: null, or 1 to :data:`MAX_LR_SEARCH` candidates with exactly
+    :data:`LR_ENTRY_KEYS`."""
+    if entries is None:
+        return
+    need(isinstance(entries, list) and 1 <= len(entries) <= MAX_LR_SEARCH, f"{where}: lr_search",
+         f"must be null or a list of 1 to {MAX_LR_SEARCH} candidates")
+    for i, e in enumerate(entries):
+        ew = f"{where}: lr_search[{i}]"
+        need(isinstance(e, dict) and set(e) == set(LR_ENTRY_KEYS), ew,
+             f"must be a mapping with exactly {', '.join(LR_ENTRY_KEYS)}")
+        for key, test, what in (
+                ("lr", lambda x: is_num(x) and x > 0, "a finite number > 0"),
+                ("val_accuracy", _opt(lambda x: is_num(x) and 0 <= x <= 1), "null or a number in [0, 1]"),
+                ("steps", is_count, "an integer count"),
+                ("converged", lambda x: isinstance(x, bool), "true or false"),
+                ("error", _opt(_text), f"null or text of at most {MAX_TEXT} characters")):
+            need(test(e[key]), f"{ew}.{key}", f"must be {what}")
+
+
+def _check_steps_to(steps_to, where: str) -> None:
+    """``steps_to``: null, or {"0.5", "0.9", "0.99"} → null or a step count."""
+    if steps_to is None:
+        return
+    need(isinstance(steps_to, dict) and set(steps_to) == set(LEVELS), f"{where}: steps_to",
+         f"must be null or a mapping with exactly the keys {', '.join(LEVELS)}")
+    for k in LEVELS:
+        need(steps_to[k] is None or is_count(steps_to[k]), f"{where}: steps_to.{k}",
+             "must be null or an integer step count")
+
+
+def check_provenance(prov, where: str) -> None:
+    """``model.provenance``: null, or exactly :data:`PROVENANCE_KEYS`, each null or a short
+    text, ``source_sha256`` null or 64 hex digits."""
+    if prov is None:
+        return
+    need(isinstance(prov, dict) and set(prov) == set(PROVENANCE_KEYS), f"{where}: provenance",
+         f"must be null or a mapping with exactly {', '.join(PROVENANCE_KEYS)}")
+    for k in PROVENANCE_KEYS:
+        need(prov[k] is None or (isinstance(prov[k], str) and 0 < len(prov[k]) <= 200),
+             f"{where}: provenance.{k}", f"must be null or text of 1 to 200 characters "
+             f"(got {short(prov[k])})")
+    sha = prov["source_sha256"]
+    need(sha is None or bool(re.fullmatch(r"[0-9a-f]{64}", sha)), f"{where}: provenance.source_sha256",
+         "must be null or 64 hex digits")
+
+
+def check_protocol_fields(point: Mapping, where: str) -> None:
+    """A point's ``lr_search`` and ``steps_to`` (its ``stop_reason`` is in :data:`POINT`)."""
+    _check_lr_search(point.get("lr_search"), where)
+    _check_steps_to(point.get("steps_to"), where)

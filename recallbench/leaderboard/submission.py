@@ -4,7 +4,10 @@ A submission (``leaderboards/<suite>/submissions/<name>.yaml``, schema
 ``recallbench.submission/1``) is data: the model, its per-point counts, the scorer's
 fitted effective state, capacity and Fano ratio per budget, the environment, and a
 ``sha256`` over the canonical JSON of everything else (an integrity check against
-accidental or careless edits, not a signature).  Each point carries its ``config_hash``;
+accidental or careless edits, not a signature).  Each point also carries the training
+protocol's facts from its record: the learning rate kept (``lr``) and the search that
+chose it (``lr_search``), ``converged``, ``stop_reason`` and ``steps_to``; the model
+carries the adapter's ``provenance``.  Each point carries its ``config_hash``;
 the full config of a point is its budget's ``config`` updated with the point's ``delta``
 (per section), and the hash is recomputed from it on validation.
 """
@@ -21,9 +24,11 @@ from recallbench.api.canonical import SECTIONS, canonical_json, config_hash, sha
 from recallbench.api.errors import ConfigError
 from recallbench.api.registry import ADAPTERS
 from recallbench.leaderboard.checks import check_name, is_count, is_num, need, short
-from recallbench.leaderboard.points import (check_delta, config_delta, first_mismatch, point_key,
+from recallbench.leaderboard.points import (check_delta, config_delta, first_mismatch,
                                             shared_model_config)
+from recallbench.leaderboard.protocol import check_point_protocol
 from recallbench.leaderboard.recompute import expected_state
+from recallbench.leaderboard.schema import POINT, check_fields, check_protocol_fields, check_provenance
 from recallbench.leaderboard.scoring import (budget_scores, point_records, rounded, score_records,
                                              scoring_entry)
 from recallbench.leaderboard.suite import Suite
@@ -109,15 +114,14 @@ def match_points(suite: Suite, records: Iterable[Mapping], adapter: str | None) 
         for p in suite.points():
             if first_mismatch(r["config"], suite.fixed_values(adapter, p)) is None:
                 _check_record(r)
-                by_point.setdefault(point_key(p), {})[r.get("config_hash")] = r  # last wins
+                by_point.setdefault(suite.key(p), {})[r.get("config_hash")] = r  # last wins
                 break
-    missing = [p for p in suite.points() if point_key(p) not in by_point]
+    missing = [p for p in suite.points() if suite.key(p) not in by_point]
     if missing:
-        p = missing[0]
         raise ConfigError(f"submit: the store lacks {len(missing)} of {len(suite.points())} points "
-                          f"of suite {suite.name} for adapter {adapter}, e.g. budget {p['budget']} "
-                          f"N_f={p['num_facts']} lr={p['lr']:g} seed={p['seed']} (run `recallbench "
-                          f"leaderboard run --suite {suite.dir} --adapter {adapter} --store ...`)")
+                          f"of suite {suite.name} for adapter {adapter}, e.g. budget "
+                          f"{suite.label(missing[0])} (run `recallbench leaderboard run --suite "
+                          f"{suite.dir} --adapter {adapter} --store ...`)")
     out = {}
     for key, found in by_point.items():
         if len(found) > 1:
@@ -129,16 +133,24 @@ def match_points(suite: Suite, records: Iterable[Mapping], adapter: str | None) 
 
 
 def _point_entry(p: Mapping, r: Mapping, base: Mapping) -> dict:
-    """One point of a budget: its counts and its config as a delta from ``base``."""
+    """One point of a budget: its counts, the protocol's facts (the lr kept, the search,
+    convergence), and its config as a delta from ``base``; checked as validate checks it."""
+    rw = f"submit: run {str(r.get('config_hash'))[:12]}"
     delta = config_delta(base, r["config"])
-    check_delta(delta, f"submit: run {str(r.get('config_hash'))[:12]}")
-    return {"num_facts": p["num_facts"], "lr": p["lr"], "seed": p["seed"],
-            "config_hash": r["config_hash"], "delta": delta,
-            "correct": r["correct"], "total": r["total"], "correct_topk": r["correct_topk"],
-            "accuracy": rounded(r["correct"] / r["total"]), "info_bits": rounded(r.get("info_bits"), 12),
-            "steps": r.get("steps"), "best_step": r.get("best_step"),
-            "converged": bool(r.get("converged")), "train_s": r.get("train_s"),
-            "wall_s": r.get("wall_s")}
+    check_delta(delta, rw)
+    entry = {"num_facts": p["num_facts"], "lr": p["lr"] if "lr" in p else r.get("lr"),
+             "seed": p["seed"], "config_hash": r["config_hash"], "delta": delta,
+             "correct": r["correct"], "total": r["total"], "correct_topk": r["correct_topk"],
+             "accuracy": rounded(r["correct"] / r["total"]),
+             "info_bits": rounded(r.get("info_bits"), 12),
+             "steps": r.get("steps"), "best_step": r.get("best_step"),
+             "converged": bool(r.get("converged")), "stop_reason": r.get("stop_reason"),
+             "steps_to": r.get("steps_to"), "lr_search": r.get("lr_search"),
+             "train_s": r.get("train_s"), "wall_s": r.get("wall_s")}
+    check_fields(entry, POINT, rw)
+    check_protocol_fields(entry, rw)
+    check_point_protocol(entry, r["config"]["train"].get("lr"), rw)
+    return entry
 
 
 def _budget_entry(b: Mapping, pts: list[tuple[Mapping, Mapping]]) -> dict:
@@ -167,6 +179,16 @@ def _add_scores(sub: dict, suite: Suite) -> None:
     sub["impossible"] = [{k: i.get(k) for k in IMPOSSIBLE_KEYS} for i in report.get("impossible", [])]
 
 
+def _provenance(chosen: list[Mapping]) -> dict | None:
+    """The adapter's provenance, the same in every run (null where the records lack it)."""
+    found = {canonical_json(r.get("provenance")) for r in chosen}
+    need(len(found) == 1, "submit", f"the runs come from {len(found)} different adapter sources "
+         "(their provenance differs: another version or edited code); re-run the suite with one")
+    prov = chosen[0].get("provenance")
+    check_provenance(prov, "submit: the runs' model")
+    return copy.deepcopy(prov)
+
+
 def _environment(chosen: list[Mapping], versions: Mapping) -> dict:
     """Library versions (and whether all runs agree), devices, threads, total wall time."""
     vset = {canonical_json(r.get("versions") or {}) for r in chosen}
@@ -183,9 +205,9 @@ def build_submission(suite: Suite, records: Iterable[Mapping], model_name: str, 
     """A submission dict from result records that fill the suite's grid for one adapter."""
     check_name(model_name, "--model-name")
     adapter, matched = match_points(suite, records, adapter)
-    chosen = [matched[point_key(p)] for p in suite.points()]
+    chosen = [matched[suite.key(p)] for p in suite.points()]
     versions = dict(chosen[0].get("versions") or {})
-    budgets = [_budget_entry(b, [(p, matched[point_key(p)]) for p in suite.points()
+    budgets = [_budget_entry(b, [(p, matched[suite.key(p)]) for p in suite.points()
                                  if p["budget"] == b["name"]]) for b in suite.budgets]
     model_cfg = shared_model_config(budgets[0]["config"]["model"])
     sub: dict[str, Any] = {
@@ -194,6 +216,7 @@ def build_submission(suite: Suite, records: Iterable[Mapping], model_name: str, 
         "suite_recipe_sha256": suite.recipe_sha256(),
         "model": {"name": model_name, "adapter": adapter, "description": description,
                   "url": url, "library": _library(adapter, versions),
+                  "provenance": _provenance(chosen),
                   "config": model_cfg, "config_hash": config_hash({"model": model_cfg})},
         "budgets": budgets,
     }

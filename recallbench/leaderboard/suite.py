@@ -12,19 +12,31 @@ A suite (``leaderboards/<suite>/suite.yaml``, schema ``recallbench.suite/1``)::
         model: {d_model: 32, d_state: 8, n_layers: 1}
         adapters: {ADAPTER: {n_heads: 2}} # optional per-adapter settings in this budget
     adapters: {}                         # optional per-adapter model settings, all budgets
-    train: {max_steps: 800, batch_size: 64, ...}        # the recipe (any train.* key)
-    lr: [0.003]                          # one or several (a sweep: best variant per point)
+    train: {max_steps: 2500, patience: 10, lr: [0.001, 0.003, 0.01], ...}  # the recipe
     seeds: [0, 1]
     device: cpu                          # where `leaderboard run` trains
     threads: 1
     tolerance: {accuracy: 0.02}          # `verify`: largest |accuracy difference| allowed
     scoring: {delta: 0.01, form: eq19, level: 0.95}     # passed to scorer.score
+    retired: "superseded by ..."        # optional: no new runs or submissions
 
-A point of the grid is (budget, N_f, lr, seed); for an adapter its run config is::
+The learning rate comes in one of two ways:
+
+* ``train.lr`` (a number, a list or ``auto``): part of every run's config.  A list is a
+  search inside each run (:mod:`recallbench.harness.lr_search`: every candidate trained,
+  the best by *validation* accuracy kept and tested), so a point is (budget, N_f, seed)
+  and its record names the chosen ``lr`` and the ``lr_search``.  Submissions to such a
+  suite must carry the protocol's facts per point (``lr_search``, ``converged``,
+  ``stop_reason``, ``steps_to``): :attr:`Suite.searches_lr`.
+* a top-level ``lr`` list (the first suites): one run per learning rate, a point is
+  (budget, N_f, lr, seed), and the scorer keeps the variant with the best mean *test*
+  accuracy.  Kept so that submissions made that way stay checkable under their suite.
+
+For an adapter, a point's run config is::
 
     task  = suite.task + {num_facts}
     model = {adapter} + suite.adapters[adapter] + budget.model + budget.adapters[adapter]
-    train = suite.train + {lr, seed, threads, device, progress: false}
+    train = suite.train + {seed, threads, device, progress: false} (+ {lr}: top-level lr)
 
 Submissions live next to the suite, in ``<suite>/submissions/*.yaml``.
 """
@@ -44,7 +56,7 @@ MAX_SUITE_BYTES = 256 << 10
 SUITE_FILE = "suite.yaml"
 SUBMISSIONS_DIR = "submissions"
 SUITE_KEYS = {"schema", "name", "title", "description", "task", "num_facts", "budgets", "adapters",
-              "train", "lr", "seeds", "device", "threads", "tolerance", "scoring"}
+              "train", "lr", "seeds", "device", "threads", "tolerance", "scoring", "retired"}
 RECIPE_KEYS = ("task", "num_facts", "budgets", "adapters", "train", "lr", "seeds")
 SUITE_BUDGET_KEYS = {"name", "model", "adapters", "description"}
 
@@ -67,9 +79,36 @@ class Suite:
         return list(self.data["num_facts"])
 
     @property
+    def searches_lr(self) -> bool:
+        """True when ``train.lr`` is part of every run's config (a list: searched inside
+        each run by validation); False for a top-level ``lr`` grid (one run per lr)."""
+        return "lr" in (self.data.get("train") or {})
+
+    @property
+    def train_lr(self) -> float | list[float] | None:
+        """``train.lr`` resolved as a run config resolves it (None for a top-level grid)."""
+        from recallbench.api.config import check_lr
+
+        return check_lr(self.data["train"]["lr"]) if self.searches_lr else None
+
+    @property
     def lrs(self) -> list[float]:
-        lr = self.data["lr"]
+        """Every learning rate the suite tries (searched in each run, or one run each)."""
+        lr = self.train_lr if self.searches_lr else self.data["lr"]
         return [float(x) for x in (lr if isinstance(lr, list) else [lr])]
+
+    def lr_text(self) -> str:
+        """How the suite sets the learning rate, for its README and page."""
+        lrs = ", ".join(f"{x:g}" for x in self.lrs)
+        if not self.searches_lr:
+            return f"lr ∈ {lrs} (one run each; the best mean over seeds kept)"
+        if len(self.lrs) == 1:
+            return f"lr {lrs}"
+        return f"lr searched in each run over {lrs} (the best by validation accuracy kept)"
+
+    @property
+    def retired(self) -> str | None:
+        return self.data.get("retired")
 
     @property
     def seeds(self) -> list[int]:
@@ -94,10 +133,25 @@ class Suite:
         return sha256_of(recipe)
 
     def points(self) -> list[dict]:
-        """The grid: one dict per (budget, N_f, lr, seed), in a fixed order."""
-        return [{"budget": b["name"], "num_facts": nf, "lr": lr, "seed": seed}
-                for b in self.budgets for nf in self.num_facts for lr in self.lrs
+        """The grid: one dict per (budget, N_f, seed), with ``lr`` for a top-level lr grid,
+        in a fixed order."""
+        lrs = [{}] if self.searches_lr else [{"lr": lr} for lr in self.lrs]
+        return [{"budget": b["name"], "num_facts": nf, **lr, "seed": seed}
+                for b in self.budgets for nf in self.num_facts for lr in lrs
                 for seed in self.seeds]
+
+    def key(self, p: Mapping) -> tuple:
+        """A point's place on the grid, typed for comparison: (budget, N_f, seed), or
+        (budget, N_f, lr, seed) for a top-level lr grid.  ``p`` is a grid point or a
+        submission's point (whose ``lr``, where the suite searches, is the one chosen: not
+        part of the key)."""
+        lr = () if self.searches_lr else (float(p["lr"]),)
+        return (p["budget"], int(p["num_facts"]), *lr, int(p["seed"]))
+
+    def label(self, p: Mapping) -> str:
+        """A point for a message: ``D32-N8 N_f=4 seed=0`` (with ``lr=`` for an lr grid)."""
+        lr = "" if self.searches_lr else f" lr={float(p['lr']):g}"
+        return f"{p['budget']} N_f={p['num_facts']}{lr} seed={p['seed']}"
 
     def budget(self, name: str) -> dict:
         for b in self.budgets:
@@ -113,8 +167,9 @@ class Suite:
                  **copy.deepcopy(b["model"]),
                  **copy.deepcopy((b.get("adapters") or {}).get(adapter) or {}),
                  **copy.deepcopy(dict(model_extra or {}))}
-        train = {**copy.deepcopy(self.data.get("train") or {}), "lr": point["lr"],
-                 "seed": point["seed"], "progress": False}
+        train = {**copy.deepcopy(self.data.get("train") or {}), "seed": point["seed"],
+                 "progress": False}
+        train["lr"] = self.train_lr if self.searches_lr else point["lr"]
         if self.data.get("device") is not None:
             train["device"] = self.data["device"]
         if self.data.get("threads") is not None:
@@ -170,13 +225,10 @@ def _check_budgets(data: Mapping, where: str) -> None:
 def _check_recipe(data: Mapping, where: str) -> None:
     """Per-adapter settings, train, the lr and seed grid, tolerance and scoring."""
     need(isinstance(data.get("adapters") or {}, dict), where, "adapters must be a mapping")
-    need(isinstance(data.get("train") or {}, dict), where, "train must be a mapping")
-    for k in ("lr", "seed"):
-        need(k not in (data.get("train") or {}), where, f"train.{k} is the grid: use the top-level "
-             f"{'lr' if k == 'lr' else 'seeds'} list")
-    lr = data.get("lr")
-    lrs = lr if isinstance(lr, list) else [lr]
-    need(lrs and all(is_num(x) and x > 0 for x in lrs), where, "lr must be a number or a list of numbers > 0")
+    train = data.get("train") or {}
+    need(isinstance(train, dict), where, "train must be a mapping")
+    need("seed" not in train, where, "train.seed is the grid: use the top-level seeds list")
+    _check_lr(data, train, where)
     seeds = data.get("seeds")
     need(isinstance(seeds, list) and seeds and all(is_int(s) and 0 <= s < 2 ** 32 for s in seeds)
          and len(set(seeds)) == len(seeds), where, "seeds must be a list of distinct integers in [0, 2**32)")
@@ -185,6 +237,28 @@ def _check_recipe(data: Mapping, where: str) -> None:
     need(isinstance(data.get("scoring") or {}, dict)
          and set(data.get("scoring") or {}) <= {"delta", "form", "level"}, where,
          "scoring may set delta, form and level only")
+    retired = data.get("retired")
+    need(retired is None or (isinstance(retired, str) and 0 < len(retired) <= 500), where,
+         "retired must be a text of 1 to 500 characters (why, and what replaces the suite)")
+
+
+def _check_lr(data: Mapping, train: Mapping, where: str) -> None:
+    """Exactly one of train.lr (in every run: a number, a searched list, auto) and a
+    top-level lr grid."""
+    from recallbench.api.config import check_lr
+
+    need(("lr" in train) != ("lr" in data), where, "give the learning rate once: train.lr "
+         "(in every run's config; a list is searched by validation inside each run) or a "
+         "top-level lr list (one run per lr)")
+    if "lr" in train:
+        try:
+            check_lr(copy.deepcopy(train["lr"]))
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {str(exc)[:300]}") from None
+        return
+    lr = data.get("lr")
+    lrs = lr if isinstance(lr, list) else [lr]
+    need(lrs and all(is_num(x) and x > 0 for x in lrs), where, "lr must be a number or a list of numbers > 0")
 
 
 def load_suite(path: str | Path) -> Suite:

@@ -28,11 +28,13 @@ from recallbench.api.canonical import SECTIONS, config_hash
 from recallbench.api.errors import ConfigError
 from recallbench.leaderboard.checks import (check_keys, check_name, check_relative_path, is_num,
                                             need, short)
-from recallbench.leaderboard.points import (check_delta, first_mismatch, merge_config, point_key,
+from recallbench.leaderboard.points import (check_delta, first_mismatch, merge_config,
                                             shared_model_config)
 from recallbench.leaderboard.recompute import check_info_bits, check_library, check_state
+from recallbench.leaderboard.protocol import check_point_protocol
 from recallbench.leaderboard.schema import (BUDGET, ENVIRONMENT, HEADER, MAX_TEXT, POINT,
-                                            check_fields, check_score)
+                                            check_fields, check_protocol_fields,
+                                            check_provenance, check_score)
 from recallbench.leaderboard.scoring import (budget_scores, point_records, rounded, score_records,
                                              scoring_entry)
 from recallbench.leaderboard.submission import SUBMISSION_SCHEMA, content_sha256
@@ -41,10 +43,15 @@ from recallbench.leaderboard.yaml_io import read_yaml_data
 
 SUB_KEYS = {"schema", "suite", "suite_recipe_sha256", "model", "budgets", "scoring", "impossible",
             "environment", "created", "sha256", "artifacts"}
-MODEL_KEYS = {"name", "adapter", "description", "url", "library", "config", "config_hash"}
+MODEL_KEYS = {"name", "adapter", "description", "url", "library", "config", "config_hash",
+              "provenance"}
+MODEL_REQUIRED = {"name", "adapter", "config", "config_hash", "library"}
 BUDGET_KEYS = {"name", "state_size", "state_bits", "state_note", "params", "config", "points", "score"}
+#: the training protocol's facts of a point (``protocol``): optional in a suite with an lr
+#: grid (submissions made before they existed show "—"), required where the suite searches
+PROTOCOL_KEYS = {"lr_search", "converged", "stop_reason", "steps_to"}
 POINT_KEYS = {"num_facts", "lr", "seed", "config_hash", "delta", "correct", "total", "correct_topk",
-              "accuracy", "info_bits", "steps", "best_step", "converged", "train_s", "wall_s"}
+              "accuracy", "info_bits", "steps", "best_step", "train_s", "wall_s", *PROTOCOL_KEYS}
 POINT_REQUIRED = {"num_facts", "lr", "seed", "config_hash", "correct", "total", "correct_topk",
                   "info_bits"}
 
@@ -88,9 +95,11 @@ def _check_header(sub: Any, suite: Suite, where: str) -> None:
         check_relative_path(a, f"{where}: artifacts[{i}]")
 
 
-def _check_model(sub: Mapping, where: str) -> None:
+def _check_model(sub: Mapping, suite: Suite, where: str) -> None:
     m = sub["model"]
-    check_keys(m, MODEL_KEYS, {"name", "adapter", "config", "config_hash", "library"}, f"{where}: model")
+    required = MODEL_REQUIRED | ({"provenance"} if suite.searches_lr else set())
+    check_keys(m, MODEL_KEYS, required, f"{where}: model")
+    check_provenance(m.get("provenance"), f"{where}: model")
     check_name(m["name"], f"{where}: model.name")
     check_name(m["adapter"], f"{where}: model.adapter")
     need(isinstance(m["config"], dict), where, "model.config must be a mapping")
@@ -122,24 +131,27 @@ def _check_budget(b: Mapping, model: Mapping, suite: Suite, bw: str) -> None:
     need(shared_model_config(cfg["model"]) == model["config"], bw,
          "config.model differs from model.config (beyond the budget's sizes)")
     check_state(b, bw)
-    want_pts = {point_key(p) for p in suite.points() if p["budget"] == b["name"]}
+    want_pts = {suite.key(p) for p in suite.points() if p["budget"] == b["name"]}
     seen: set[tuple] = set()
     for j, p in enumerate(b["points"]):
         _check_point(p, b, model["adapter"], suite, f"{bw} point {j + 1}", want_pts, seen)
     missing = sorted(want_pts - seen)
     if missing:
+        first = [p for p in suite.points() if suite.key(p) == missing[0]][0]
         raise ConfigError(f"{bw}: {len(missing)} point(s) of the suite missing, e.g. "
-                          f"N_f={missing[0][1]} lr={missing[0][2]:g} seed={missing[0][3]}")
+                          f"{suite.label(first)}")
 
 
 def _check_point(p: Any, b: Mapping, adapter: str, suite: Suite, pw: str, want_pts: set,
                  seen: set) -> None:
     """One point: on the grid and new (added to ``seen``), counts, hash, the suite's values."""
-    check_keys(p, POINT_KEYS, POINT_REQUIRED, pw)
+    check_keys(p, POINT_KEYS, POINT_REQUIRED | (PROTOCOL_KEYS if suite.searches_lr else set()), pw)
     check_fields(p, POINT, pw)
-    key = (b["name"], p["num_facts"], float(p["lr"]), p["seed"])
-    need(key in want_pts, pw, f"N_f={p['num_facts']} lr={p['lr']} seed={p['seed']} is not "
-         f"a point of suite {suite.name}")
+    check_protocol_fields(p, pw)
+    point = {"budget": b["name"], "num_facts": p["num_facts"], "seed": p["seed"],
+             **({} if suite.searches_lr else {"lr": p["lr"]})}
+    key = suite.key(point)
+    need(key in want_pts, pw, f"{suite.label(point)} is not a point of suite {suite.name}")
     need(key not in seen, pw, "duplicate point")
     seen.add(key)
     need(p["correct"] <= p["correct_topk"] <= p["total"], pw,
@@ -152,9 +164,9 @@ def _check_point(p: Any, b: Mapping, adapter: str, suite: Suite, pw: str, want_p
     full = merge_config(b["config"], delta)
     need(_hash_of(lambda: config_hash(full), pw) == p["config_hash"], pw,
          "config_hash does not match the point's config (budget config + delta)")
-    point = {"budget": b["name"], "num_facts": p["num_facts"], "lr": p["lr"], "seed": p["seed"]}
     bad = first_mismatch(full, suite.fixed_values(adapter, point))
     need(bad is None, pw, f"config does not follow the suite: {bad}")
+    check_point_protocol(p, full["train"]["lr"], pw)
     check_info_bits(p, full["task"], pw)
     if p.get("accuracy") is not None:
         need(abs(p["accuracy"] - p["correct"] / p["total"]) < 1e-5, pw,
@@ -175,7 +187,10 @@ def _check_fano(p: Mapping, b: Mapping, level: float, pw: str) -> None:
 
 
 def _same(a: Any, c: Any) -> bool:
-    """Stored and recomputed score values agree: both null, or numbers within 2%."""
+    """Stored and recomputed score values agree: both null, the same text (an error), or
+    numbers within 2%."""
+    if isinstance(a, str) or isinstance(c, str):
+        return a == c
     if isinstance(a, list) or isinstance(c, list):
         return (isinstance(a, list) and isinstance(c, list) and len(a) == len(c)
                 and all(_same(x, y) for x, y in zip(a, c)))
@@ -199,7 +214,7 @@ def _check_scores(sub: Mapping, suite: Suite, where: str) -> None:
 
 def _check_all(sub: Any, suite: Suite, where: str, check_scores: bool) -> None:
     _check_header(sub, suite, where)
-    _check_model(sub, where)
+    _check_model(sub, suite, where)
     _check_budget_names(sub, suite, where)
     for b in sub["budgets"]:
         _check_budget(b, sub["model"], suite, f"{where}: budget {b['name']}")

@@ -1,0 +1,73 @@
+"""A point's training-protocol facts agree with its config and with each other.
+
+A point copies from its record the learning rate kept (``lr``), the search that chose it
+(``lr_search``), and whether the run converged (``converged``, ``stop_reason``,
+``steps_to``).  :mod:`recallbench.leaderboard.schema` checks their types; this module
+checks what they claim, so that a file cannot present an unconverged run as converged or
+a learning rate that the search would not have chosen:
+
+* where the point's ``train.lr`` is a list (a search), ``lr_search`` tries exactly those
+  learning rates, and ``lr`` is the one the harness's rule picks from it
+  (:func:`recallbench.harness.lr_search.choose`: best validation accuracy, then fewer
+  steps, then the smaller lr), whose ``converged`` the point repeats;
+* where it is one number, ``lr`` is that number and there is no ``lr_search``;
+* a run that stopped at ``early_stop`` or on a ``plateau`` converged;
+* ``steps_to`` never decreases from 0.5 to 0.99, and no step lies beyond ``steps``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+from recallbench.leaderboard.checks import need
+from recallbench.leaderboard.schema import LEVELS
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
+
+
+def check_lr(p: Mapping, run_lr, where: str) -> None:
+    """``lr`` and ``lr_search`` of a point whose config has ``train.lr = run_lr``."""
+    from recallbench.harness.lr_search import choose
+
+    search = p.get("lr_search")
+    if not isinstance(run_lr, list):
+        need(_close(p["lr"], run_lr), f"{where}: lr", f"{p['lr']:g} is not the config's train.lr "
+             f"{run_lr:g}")
+        need(search is None, f"{where}: lr_search", "must be null: the config trains one lr")
+        return
+    need(search is not None, f"{where}: lr_search",
+         "is required: the config's train.lr is a search")
+    tried = sorted(float(e["lr"]) for e in search)
+    need(len(tried) == len(run_lr) and all(_close(a, b) for a, b in zip(tried, run_lr)),
+         f"{where}: lr_search", "does not try exactly the config's train.lr list")
+    best = choose(search)
+    need(best is not None, f"{where}: lr_search", "has no candidate with a validation accuracy")
+    need(_close(p["lr"], search[best]["lr"]), f"{where}: lr",
+         f"{p['lr']:g} is not the one the search chooses ({search[best]['lr']:g}: best "
+         "validation accuracy, then fewer steps, then the smaller lr)")
+    if p.get("converged") is not None:
+        need(p["converged"] == search[best]["converged"], f"{where}: converged",
+             "differs from the chosen candidate's in lr_search")
+
+
+def check_convergence(p: Mapping, where: str) -> None:
+    """``stop_reason`` against ``converged``, and ``steps_to`` against ``steps``."""
+    if p.get("stop_reason") in ("early_stop", "plateau"):
+        need(p.get("converged") is True, f"{where}: converged",
+             f"must be true for a run that stopped at {p['stop_reason']}")
+    steps_to = p.get("steps_to")
+    if steps_to is None:
+        return
+    reached = [steps_to[k] for k in LEVELS if steps_to[k] is not None]
+    need(reached == sorted(reached), f"{where}: steps_to",
+         "a higher accuracy level cannot be reached before a lower one")
+    need(p.get("steps") is None or all(s <= p["steps"] for s in reached), f"{where}: steps_to",
+         "holds a step beyond the run's steps")
+
+
+def check_point_protocol(p: Mapping, run_lr, where: str) -> None:
+    """Both checks of a point (its fields' types already checked)."""
+    check_convergence(p, where)
+    check_lr(p, run_lr, where)

@@ -1,0 +1,193 @@
+"""Leaderboard suites that search the learning rate inside each run (``train.lr`` a list),
+and the training protocol's facts a submission carries: the lr kept, ``lr_search``,
+``converged``, ``stop_reason``, ``steps_to`` per point and the model's ``provenance``.
+
+A tiny suite of linear-mamba at D=8 with a few steps is run once; every test works on its
+own copy of the folder.
+"""
+from __future__ import annotations
+
+import copy
+import shutil
+
+import pytest
+import yaml
+
+from recallbench import leaderboard as lb
+from recallbench.api.errors import ConfigError
+from recallbench.harness.lr_search import choose
+from recallbench.leaderboard.schema import LEVELS, STOP_REASONS
+
+SEARCH_SUITE = """\
+schema: recallbench.suite/1
+name: tinys
+title: tiny suite that searches the learning rate
+task: {name: mqar, vocab_size: 32, seq_len: 32}
+num_facts: [2, 4]
+budgets:
+  - name: D8-N4
+    model: {d_model: 8, d_state: 4, n_layers: 1}
+adapters: {}
+train: {lr: [0.01, 0.003], max_steps: 20, patience: 2, val_every: 10, early_stop: 0.01, batch_size: 8,
+        val_size: 16, test_size: 64}
+seeds: [0]
+device: cpu
+threads: 1
+tolerance: {accuracy: 0.0}
+scoring: {delta: 0.01, form: eq19, level: 0.95}
+"""
+
+
+@pytest.fixture(scope="module")
+def searched_built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lbs")
+    suite_dir = root / "leaderboards" / "tinys"
+    suite_dir.mkdir(parents=True)
+    (suite_dir / "suite.yaml").write_text(SEARCH_SUITE)
+    suite = lb.load_suite(suite_dir)
+    counts = lb.run_suite(suite, "linear-mamba", root / "store", log=lambda m: None)
+    assert counts == {"points": 2, "skipped": 0, "ran": 2, "failed": 0, "left": 0}
+    sub = lb.build_submission(suite, lb.load_store_records([root / "store"]), "lm")
+    lb.write_submission(sub, suite_dir / "submissions" / "lm.yaml")
+    return root, sub
+
+
+@pytest.fixture
+def searched(searched_built, tmp_path):
+    built, sub = searched_built
+    root = tmp_path / "lb"
+    shutil.copytree(built, root)
+    suite_dir = root / "leaderboards" / "tinys"
+    return {"root": root, "suite_dir": suite_dir, "suite": lb.load_suite(suite_dir),
+            "store": root / "store", "path": suite_dir / "submissions" / "lm.yaml",
+            "sub": copy.deepcopy(sub)}
+
+
+def _rewrite(s, edit) -> None:
+    data = copy.deepcopy(s["sub"])
+    edit(data)
+    data["sha256"] = lb.content_sha256(data)
+    s["path"].write_text(lb.dump_yaml(data))
+
+
+def test_search_suite_runs_one_config_per_point(searched):
+    suite = searched["suite"]
+    assert suite.searches_lr and suite.lrs == [0.003, 0.01]
+    assert suite.points() == [{"budget": "D8-N4", "num_facts": 2, "seed": 0},
+                              {"budget": "D8-N4", "num_facts": 4, "seed": 0}]
+    cfg = suite.point_config("linear-mamba", suite.points()[0])
+    assert cfg["train"]["lr"] == [0.003, 0.01]  # resolved as a run config resolves it
+    assert suite.label(suite.points()[1]) == "D8-N4 N_f=4 seed=0"
+    assert "searched in each run over 0.003, 0.01" in suite.lr_text()
+
+
+def test_submission_carries_the_protocol_facts(searched):
+    sub = searched["sub"]
+    prov = sub["model"]["provenance"]
+    assert prov["distribution"] == "recallbench" and len(prov["source_sha256"]) == 64
+    for p in sub["budgets"][0]["points"]:
+        assert [e["lr"] for e in p["lr_search"]] == [0.003, 0.01]
+        assert p["lr"] == p["lr_search"][choose(p["lr_search"])]["lr"]
+        assert p["stop_reason"] in STOP_REASONS and isinstance(p["converged"], bool)
+        assert set(p["steps_to"]) == set(LEVELS)
+    lb.validate_file(searched["path"])
+    fresh, _ = lb.render(searched["suite_dir"], plot=False)
+    page = (searched["suite_dir"] / "index.html").read_text()
+    assert fresh and prov["source_sha256"][:12] in page and "lr 0.003: val" in page
+    readme = (searched["suite_dir"] / "README.md").read_text()
+    assert "lr searched in each run over 0.003, 0.01" in readme
+
+
+def _point(d, j=0):
+    return d["budgets"][0]["points"][j]
+
+
+def _not_chosen(d):
+    p = _point(d)
+    p["lr"] = [e["lr"] for e in p["lr_search"] if e["lr"] != p["lr"]][0]
+
+
+@pytest.mark.parametrize("edit, match", [
+    (_not_chosen, r"point 1: lr: .* is not the one the search chooses"),
+    (lambda d: _point(d)["lr_search"].pop(), "point 1: lr_search: does not try exactly"),
+    (lambda d: _point(d)["lr_search"][0].update(x=1), r"lr_search\[0\]: must be a mapping with exactly"),
+    (lambda d: _point(d)["lr_search"][1].update(val_accuracy=2), r"lr_search\[1\].val_accuracy: must be null or a number in \[0, 1\]"),
+    (lambda d: _point(d)["lr_search"][0].update(steps=-1), r"lr_search\[0\].steps: must be an integer count"),
+    (lambda d: _point(d).update(lr_search=_point(d)["lr_search"] * 9), "list of 1 to 16 candidates"),
+    (lambda d: _point(d).update(lr_search=None), "lr_search: is required: the config's train.lr is a search"),
+    (lambda d: _point(d).update(stop_reason="early_stop", converged=False), "converged: must be true for a run that stopped at early_stop"),
+    (lambda d: _point(d).update(stop_reason="done"), "stop_reason: must be null or one of early_stop, plateau, max_steps"),
+    (lambda d: _point(d).update(steps_to={"0.5": 20, "0.9": 10, "0.99": None}), "a higher accuracy level cannot be reached"),
+    (lambda d: _point(d).update(steps_to={"0.5": 10**6, "0.9": None, "0.99": None}), "holds a step beyond the run's steps"),
+    (lambda d: _point(d).update(steps_to={"0.5": 10}), "steps_to: must be null or a mapping with exactly the keys 0.5, 0.9, 0.99"),
+    (lambda d: _point(d).pop("steps_to"), "missing field 'steps_to'"),
+    (lambda d: _point(d).update(extra=1), "unknown field 'extra'"),
+    (lambda d: d["model"]["provenance"].update(source_sha256="xyz"), "model: provenance.source_sha256: must be null or 64 hex digits"),
+    (lambda d: d["model"]["provenance"].update(url="x"), "model: provenance: must be null or a mapping with exactly"),
+    (lambda d: d["model"]["provenance"].update(version="v" * 300), "provenance.version: must be null or text of 1 to 200"),
+    (lambda d: d["model"].pop("provenance"), "model: missing field 'provenance'"),
+])
+def test_protocol_fields_are_checked(searched, edit, match):
+    _rewrite(searched, edit)
+    with pytest.raises(ConfigError, match=match) as info:
+        lb.validate_file(searched["path"])
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith(str(searched["path"])) and len(msg) < 600
+
+
+def test_converged_must_agree_with_the_chosen_candidate(searched):
+    def edit(d):
+        p = _point(d)
+        chosen = p["lr_search"][choose(p["lr_search"])]
+        p["converged"] = not chosen["converged"]
+        p["stop_reason"] = "max_steps"
+    _rewrite(searched, edit)
+    with pytest.raises(ConfigError, match="converged: differs from the chosen candidate's"):
+        lb.validate_file(searched["path"])
+
+
+def test_an_unconverged_point_is_marked_and_left_out_of_the_fit(searched):
+    from recallbench.leaderboard.scoring import point_records, score_records
+    from recallbench.leaderboard.submission import _add_scores
+
+    def edit(d):
+        for p in d["budgets"][0]["points"]:
+            p.update(stop_reason="max_steps", converged=False)
+            for e in p["lr_search"]:
+                e["converged"] = False
+        _add_scores(d, searched["suite"])
+    _rewrite(searched, edit)
+    sub, suite, _ = lb.validate_file(searched["path"])
+    cells = [c for g in score_records(point_records(sub), suite)["groups"] for c in g["cells"]]
+    assert cells and all(c["best_unconverged"] for c in cells)
+    assert sub["budgets"][0]["score"]["mean"].get("capacity") is None  # nothing fitted
+    lb.render(searched["suite_dir"], plot=False)
+    readme = (searched["suite_dir"] / "README.md").read_text()
+    row = [line for line in readme.splitlines() if line.startswith("| 1 |")][0]
+    assert row.count("†") == 2 and "a lower bound, not the layer's capacity" in readme
+
+
+def test_submit_refuses_runs_of_different_adapter_code(searched, tmp_path):
+    import json
+
+    lines = (searched["store"] / "results.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    recs[0]["provenance"] = {**recs[0]["provenance"], "source_sha256": "0" * 64}
+    with pytest.raises(ConfigError, match="the runs come from 2 different adapter sources"):
+        lb.build_submission(searched["suite"], recs, "lm")
+
+
+def test_a_retired_suite_takes_no_new_runs_or_submissions(searched, cli, tmp_path):
+    data = yaml.safe_load((searched["suite_dir"] / "suite.yaml").read_text())
+    data["retired"] = "superseded by tinys2"
+    (searched["suite_dir"] / "suite.yaml").write_text(yaml.safe_dump(data))
+    rc, _, err = cli("leaderboard", "run", "--suite", str(searched["suite_dir"]), "--adapter",
+                     "linear-mamba", "--store", str(tmp_path / "s"))
+    assert rc == 2 and "suite tinys is retired, no new runs: superseded by tinys2" in err
+    rc, _, err = cli("submit", "--suite", str(searched["suite_dir"]), "--store",
+                     str(searched["store"]), "--model-name", "x", "--out", str(tmp_path / "x.yaml"))
+    assert rc == 2 and "no new submissions" in err and not (tmp_path / "x.yaml").exists()
+    rc, out, _ = cli("leaderboard", "validate", str(searched["path"]))
+    assert rc == 0 and out.startswith("ok ")  # its submissions stay checkable
+    lb.render(searched["suite_dir"], plot=False)
+    assert "> **Retired**: superseded by tinys2" in (searched["suite_dir"] / "README.md").read_text()
