@@ -79,30 +79,38 @@ def assert_matches_reference(ours, reference, inputs):
 # ---------------------------------------------------------------------------
 # the kernels against fla's recurrent references
 # ---------------------------------------------------------------------------
-@pytest.mark.parametrize("T, chunk", [(37, 16), (64, 64), (50, 64), (24, 5)])
-def test_delta_rule_matches_fla_delta_rule_recurrence(T, chunk):
-    """T a multiple of the chunk or not, a chunk longer than T, H > 1, an initial state."""
-    x = make_inputs(2, T, 3, 8, 6)
-    del x["g"]
+# (T, chunk, initial state): T a multiple of the chunk or not, a chunk longer than T (one
+# chunk: with no initial state the kernel takes its stateless shortcut), a chunk of 5
+CASES = [(37, 16, True), (64, 64, True), (50, 64, True), (50, 64, False), (24, 5, True), (24, 5, False)]
 
-    def reference(q, k, v, beta, h0):
+
+@pytest.mark.parametrize("T, chunk, h0", CASES)
+def test_delta_rule_matches_fla_delta_rule_recurrence(T, chunk, h0):
+    x = make_inputs(2, T, 3, 8, 6)  # H > 1
+    del x["g"]
+    if not h0:
+        del x["h0"]
+
+    def reference(q, k, v, beta, h0=None):
         o, ht = delta_rule_recurrence(*(t.transpose(1, 2) for t in (q, k, v, beta)), h0, True)
         return o.transpose(1, 2), ht
 
-    def ours(q, k, v, beta, h0):
+    def ours(q, k, v, beta, h0=None):
         return D.delta_rule(q, k, v, beta, initial_state=h0, output_final_state=True, chunk=chunk)
 
     assert_matches_reference(ours, reference, x)
 
 
-@pytest.mark.parametrize("T, chunk", [(37, 16), (64, 64), (24, 5)])
-def test_gated_delta_rule_matches_fla_naive_recurrent_gated_delta_rule(T, chunk):
+@pytest.mark.parametrize("T, chunk, h0", CASES)
+def test_gated_delta_rule_matches_fla_naive_recurrent_gated_delta_rule(T, chunk, h0):
     x = make_inputs(2, T, 3, 8, 6)
+    if not h0:
+        del x["h0"]
 
-    def reference(q, k, v, beta, g, h0):
+    def reference(q, k, v, beta, g, h0=None):
         return naive_recurrent_gated_delta_rule(q, k, v, beta, g, 0.3, h0, True)
 
-    def ours(q, k, v, beta, g, h0):
+    def ours(q, k, v, beta, g, h0=None):
         return D.gated_delta_rule(q, k, v, g, beta, scale=0.3, initial_state=h0,
                                   output_final_state=True, chunk=chunk)
 

@@ -58,12 +58,17 @@ def chunked_delta(q, k, v, beta, g, scale: float, initial_state=None, output_fin
         return x.reshape(B, H, N, C, -1) if x.dim() == 4 else x.reshape(B, H, N, C)
 
     S = None if initial_state is None else initial_state.to(dtype)
-    qk, U, W, q, k, chunk_decay = _within_chunks(
-        chunks(q) * scale, chunks(k), chunks(v), chunks(beta)[..., None], None if g is None else chunks(g),
-        carry_in=S is not None or N > 1)
+    qk, Tb, q, k_out, k_in, chunk_decay = _within_chunks(
+        chunks(q) * scale, chunks(k), chunks(beta), None if g is None else chunks(g))
+    v = chunks(v)
+    if S is None and N == 1:  # no state enters: O = tril(Q Kᵀ ⊙ Γ) (I + A)⁻¹ diag(β) V
+        o = ((qk @ Tb) @ v).squeeze(2)  # squeeze, not [:, :, 0]: no zero-filled gradient
+        ht = (k_out.transpose(-1, -2) @ (Tb @ v)).squeeze(2) if output_final_state else None
+        return (o[:, :, :T] if pad else o), ht
+    U, W = Tb @ v, Tb @ k_in
     outs = []
     # unbind, not indexing: one backward stack instead of a zero-filled full-size gradient per chunk
-    steps = zip(*(x.unbind(2) if x is not None else [None] * N for x in (qk, U, W, q, k, chunk_decay)))
+    steps = zip(*(x.unbind(2) if x is not None else [None] * N for x in (qk, U, W, q, k_out, chunk_decay)))
     for n, (qk_n, u_n, w_n, q_n, k_n, decay_n) in enumerate(steps):  # only the state crosses chunks
         if S is None:
             u = u_n
@@ -77,23 +82,21 @@ def chunked_delta(q, k, v, beta, g, scale: float, initial_state=None, output_fin
                 S = kv
             else:
                 S = (S if decay_n is None else S * decay_n) + kv
-    o = outs[0] if N == 1 else torch.stack(outs, 2).reshape(B, H, N * C, -1)
+    o = torch.stack(outs, 2).reshape(B, H, N * C, -1)
     return (o[:, :, :T] if pad else o), (S if output_final_state else None)
 
 
-def _within_chunks(q, k, v, beta, g, carry_in: bool):
+def _within_chunks(q, k, beta, g):
     """Everything that needs no state, for all chunks at once ((B, H, N, C, ·) tensors).
 
-    Returns tril(Q Kᵀ ⊙ Γ), U, W (None unless a state enters some chunk, ``carry_in``), the
-    queries and keys as the state sees them (Q ⊙ e^γ, K ⊙ e^{γ_C − γ}) and e^{γ_C} (None
-    without decay).
+    Returns tril(Q Kᵀ ⊙ Γ), (I + A)⁻¹ diag(β) (U and W are it times V and K ⊙ e^γ), the
+    queries and keys as the state sees them (Q ⊙ e^γ, K ⊙ e^{γ_C − γ}), K ⊙ e^γ and e^{γ_C}
+    (None without decay).
     """
-    V = v.shape[-1]
-    kb = k * beta
-    A = kb @ k.transpose(-1, -2)
+    A = (k * beta[..., None]) @ k.transpose(-1, -2)
     qk = q @ k.transpose(-1, -2)
     if g is None:
-        qk, chunk_decay = qk.tril(), None
+        qk, k_out, k_in, chunk_decay = qk.tril(), k, k, None
     else:
         gc = g.cumsum(-1)  # γ
         C = gc.shape[-1]
@@ -101,16 +104,14 @@ def _within_chunks(q, k, v, beta, g, carry_in: bool):
         decay = (gc[..., :, None] - gc[..., None, :]).masked_fill(~incl, float("-inf")).exp()  # Γ
         A, qk = A * decay, qk * decay
         eg = gc.exp()[..., None]
-        kb, q = kb * eg, q * eg
-        k = k * (gc[..., -1:] - gc).exp()[..., None]
+        q, k_in, k_out = q * eg, k * eg, k * (gc[..., -1:] - gc).exp()[..., None]
         chunk_decay = gc[..., -1].exp()[..., None, None]  # e^{γ_C}, (B, H, N, 1, 1)
-    rhs = torch.cat([v * beta, kb], -1) if carry_in else v * beta
-    # (I + A) X = rhs as Xᵀ (I + A)ᵀ = rhsᵀ: a unit triangular solve that reads (and differentiates)
-    # only A's strict lower triangle; in this transposed form the row-major tensors are already in
-    # LAPACK's column-major layout, which saves two transposing copies
-    UW = torch.linalg.solve_triangular(A.mT, rhs.mT, upper=True, left=False, unitriangular=True).mT
-    U, W = (UW[..., :V], UW[..., V:]) if carry_in else (UW, None)
-    return qk, U, W, q, k, chunk_decay
+    # (I + A) Tb = diag(β) as Tbᵀ (I + A)ᵀ = diag(β): a unit triangular solve that reads (and
+    # differentiates) only A's strict lower triangle; in this transposed form A's row-major
+    # storage is already LAPACK's column-major layout (no transposing copy)
+    Tb = torch.linalg.solve_triangular(A.mT, torch.diag_embed(beta), upper=True, left=False,
+                                       unitriangular=True).mT
+    return qk, Tb, q, k_out, k_in, chunk_decay
 
 
 def delta_rule(q, k, v, beta=None, scale=None, initial_state=None, output_final_state=False,
