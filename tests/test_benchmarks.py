@@ -55,3 +55,54 @@ def test_bench_adaptive_on_the_designed_model(tmp_path):
                   "--max-runs", "12", "--p-range", "0.2", "0.8", "--stop", "either",
                   "--random-draws", "4", "--needed-budget", "16", "--full-grid", str(grid))
     assert f"{cells} runs read" in again
+
+
+def cuda_vs_cpu():
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+    import cuda_vs_cpu as script
+    return script
+
+
+def test_cuda_vs_cpu_without_cuda_says_so(monkeypatch, capsys):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cuda_vs_cpu().main(["--device", "cuda"]) == 0
+    assert capsys.readouterr().out.startswith("no CUDA device here")
+
+
+def test_cuda_vs_cpu_refuses_an_out_it_cannot_write(tmp_path, capsys):
+    assert cuda_vs_cpu().main(["--device", "cpu", "--only", "designed", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"--out {tmp_path}: cannot write") and "\n" not in err
+
+
+@pytest.mark.parametrize("flag", ["--batch", "--time-limit", "--seq-len"])
+def test_cuda_vs_cpu_refuses_a_size_below_one_in_one_line(flag, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cuda_vs_cpu().main(["--device", "cpu", flag, "0"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == f"cuda_vs_cpu.py: {flag} must be > 0\n"
+
+
+@pytest.mark.slow
+def test_cuda_vs_cpu_dry_run_writes_a_row_per_adapter_as_it_goes(tmp_path):
+    import json
+    rows = tmp_path / "rows.jsonl"
+    out = bench("cuda_vs_cpu.py", "--device", "cpu", "--only", "designed", "linear-attention",
+                "--batch", "2", "--d-model", "32", "--d-state", "16", "--seq-len", "32", "--reps", "1",
+                "--triton-f32", "ieee", "--out", str(rows))
+    designed, linear = (json.loads(ln) for ln in rows.read_text().splitlines())
+    assert designed["other_path"] == "same cpu path" and designed["logits_rel_diff"] == 0.0
+    # linear-attention's fla kernels run under Triton's interpreter, with IEEE dots
+    assert linear["other_path"] == "triton interpreter" and linear["other_ms"] is None
+    assert (linear["TRITON_INTERPRET"], linear["TRITON_F32_DEFAULT"], linear["torch_allow_tf32"]) == ("1", "ieee", False)
+    assert linear["logits_rel_diff"] < 1e-4 and linear["grad_rel_diff_overall"] < 1e-4
+    assert linear["worst_param_overall"] == "embedding.weight" and linear["worst_param_own"].startswith("blocks.0.")
+    assert re.search(r"^linear-attention +logits \S+ +grads \S+ \(blocks\.0\.\S+\) +overall \S+ \(embedding.weight\)",
+                     out, re.M), out
+    # an adapter over its time limit gets a row saying so, after the rows already written
+    bench("cuda_vs_cpu.py", "--device", "cpu", "--only", "designed", "--time-limit", "0.01", "--out", str(rows))
+    kept = [json.loads(ln) for ln in rows.read_text().splitlines()]
+    assert kept[:2] == [designed, linear]
+    assert kept[2] == {"adapter": "designed", "error": "timed out after 0.01 s"}
