@@ -11,7 +11,8 @@ The references cover what recallbench uses: full sequences from position 0, opti
 initial / final states.  Variable-length packing (``cu_seqlens``) and reversed scans raise
 ``NotImplementedError`` instead of silently differing.  The naive references loop over
 time steps in Python (except retention and Based, which are quadratic parallel forms),
-so they are for small CPU runs.  The delta rules swap in chunked forms instead
+so they are for small CPU runs; the swaps use chunked forms of most of them
+(``fla_chunked_gla``, ``fla_chunked_delta``), which the tests compare with these.  The delta rules swap in chunked forms instead
 (:mod:`~recallbench.adapters.cpu.fla_chunked_delta`); :func:`delta_rule` and
 :func:`gated_delta_rule` here are the references those are tested against.
 """
@@ -132,6 +133,11 @@ def gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None,
     return o.to(v.dtype), _t_state(ht, state_v_first)
 
 
+def retention_log_gamma(H: int, device) -> torch.Tensor:
+    """RetNet's fixed log-decays per head, log(1 - 2^(-5-h)), h = 0 … H-1."""
+    return (1 - 2.0 ** (-5.0 - torch.arange(H, dtype=torch.float, device=device))).log()
+
+
 def retention(q, k, v, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
               reverse=False, state_v_first=False, output_attentions=False, **_):
     """chunk/fused_chunk/parallel/fused_recurrent_retention -> naive_retention (parallel form).
@@ -141,10 +147,8 @@ def retention(q, k, v, scale=None, initial_state=None, output_final_state=False,
     """
     no_varlen(cu_seqlens, "retention", reverse)
     if initial_state is not None or output_final_state:
-        H = q.shape[2]
-        g_gamma = (1 - 2.0 ** (-5.0 - torch.arange(H, dtype=torch.float, device=q.device))).log()
         return simple_gla(q, k, v, None, scale, initial_state, output_final_state, state_v_first,
-                          g_gamma=g_gamma)
+                          g_gamma=retention_log_gamma(q.shape[2], q.device))
     q = _scale_q(q, scale, q.shape[-1] ** -0.5)
     o = _naive("retention", "naive_retention")(*_bhtd(q, k, v)).transpose(1, 2)
     return o, None

@@ -25,7 +25,7 @@ def causal_conv1d(x, weight, bias=None, residual=None, initial_state=None, outpu
         y = F.conv1d(xt_full, weight.unsqueeze(1), bias, groups=D)
     else:
         y = F.conv1d(xt, weight.unsqueeze(1), bias, padding=W - 1, groups=D)[..., :T]
-    y = y.transpose(1, 2)
+    y = y.transpose(1, 2).contiguous()  # a strided y sends silu's backward to a non-vectorised path
     if activation in ("silu", "swish"):
         y = F.silu(y)
     if residual is not None:

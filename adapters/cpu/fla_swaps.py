@@ -5,25 +5,29 @@ real layer classes (their projections, gates, initialisation) run on a CPU.  It 
 dispatching :class:`~recallbench.adapters.kernel_swap.SwapSet`: a swapped name sends CPU
 tensors to the torch function and anything else to fla's original, so the fla adapters
 keep it installed once they have built a model on CPU, and CUDA models are untouched.
-The recurrences are :mod:`~recallbench.adapters.cpu.fla_kernels` (fla's own
-``fla/ops/<op>/naive.py``), the rest :mod:`~recallbench.adapters.cpu.fla_modules`.
+The recurrences are chunked forms (:mod:`~recallbench.adapters.cpu.fla_chunked_gla`, …),
+each tested against its counterpart in :mod:`~recallbench.adapters.cpu.fla_kernels` (fla's
+own ``fla/ops/<op>/naive.py``, which Based still uses); the rest is
+:mod:`~recallbench.adapters.cpu.fla_modules`.
 """
 from __future__ import annotations
 
 from recallbench.adapters.kernel_swap import Swap, SwapSet
 
+from . import fla_chunked_gla as G
 from . import fla_kernels as K
 from . import fla_modules as M
 
 _NAIVE = "fla.ops.{}.naive.{}"
+_CHUNKED = "chunked form, tested against "
 
 # recurrent kernels, looked up by name in each layer module fla.layers.<module>:
-# (replacement, the fla reference it calls, "<layer module>:<kernel name>" it replaces)
+# (replacement, the fla reference it calls or is tested against, "<layer module>:<kernel name>")
 _RECURRENCES = (
-    (K.gla, _NAIVE.format("gla", "naive_recurrent_gla"),
+    (G.gla, _CHUNKED + _NAIVE.format("gla", "naive_recurrent_gla"),
      ("gla:chunk_gla", "gla:fused_chunk_gla", "gla:fused_recurrent_gla",
       "hgrn2:chunk_gla", "hgrn2:fused_chunk_gla", "hgrn2:fused_recurrent_gla")),
-    (K.simple_gla, _NAIVE.format("simple_gla", "naive_recurrent_simple_gla"),
+    (G.simple_gla, _CHUNKED + _NAIVE.format("simple_gla", "naive_recurrent_simple_gla"),
      ("simple_gla:chunk_simple_gla", "simple_gla:fused_recurrent_simple_gla")),
     # the delta rules in chunked form (fla_chunked_delta), tested against fla's recurrent references
     ("recallbench.adapters.cpu.fla_chunked_delta:delta_rule",
@@ -32,16 +36,16 @@ _RECURRENCES = (
     ("recallbench.adapters.cpu.fla_chunked_delta:gated_delta_rule",
      "chunked WY form, tested against " + _NAIVE.format("gated_delta_rule", "naive_recurrent_gated_delta_rule"),
      ("gated_deltanet:chunk_gated_delta_rule", "gated_deltanet:fused_recurrent_gated_delta_rule")),
-    (K.retention, _NAIVE.format("retention", "naive_retention"),
+    (G.retention, _NAIVE.format("retention", "naive_retention") + " (with a state: chunked simple GLA)",
      ("multiscale_retention:chunk_retention", "multiscale_retention:fused_chunk_retention",
       "multiscale_retention:parallel_retention", "multiscale_retention:fused_recurrent_retention")),
-    (K.rwkv6, "fla.ops.rwkv6.recurrent_naive.naive_recurrent_rwkv6",
+    (G.rwkv6, _CHUNKED + "fla.ops.rwkv6.recurrent_naive.naive_recurrent_rwkv6",
      ("rwkv6:chunk_rwkv6", "rwkv6:fused_recurrent_rwkv6")),
     (K.based, _NAIVE.format("based", "naive_parallel_based"), ("based:parallel_based",)),
-    (K.linear_attn, _NAIVE.format("linear_attn", "naive_recurrent_linear_attn"),
+    (G.linear_attn, _CHUNKED + _NAIVE.format("linear_attn", "naive_recurrent_linear_attn"),
      ("based:chunk_linear_attn", "based:fused_chunk_linear_attn", "linear_attn:chunk_linear_attn",
       "linear_attn:fused_chunk_linear_attn", "linear_attn:fused_recurrent_linear_attn")),
-    (K.gsa, _NAIVE.format("gsa", "naive_recurrent_gsa"), ("gsa:chunk_gsa", "gsa:fused_recurrent_gsa")),
+    (G.gsa, _CHUNKED + _NAIVE.format("gsa", "naive_recurrent_gsa"), ("gsa:chunk_gsa", "gsa:fused_recurrent_gsa")),
 )
 
 L = "fla.layers."
