@@ -141,4 +141,19 @@ def test_probe_of_trained_table8_run_and_conv_ablation(cli, tmp_path):
     rc, out, err = cli("probe", "c1.json", "--sequences", "32")
     assert rc == 0, err
     s1 = json.loads((tmp_path / "c1.probe" / "probe.json").read_text())["scores"]
-    assert s1["kq_block_fraction"] == 0.0 and s1["state_decode_accuracy"] == 0.0
+    assert s1["kq_block_fraction"] == 0.0 and s1["state_decode_accuracy"] < 0.2
+
+
+def test_scores_unchanged_when_query_and_output_flip_sign():
+    """(S_C, P_out) → (−S_C, −P_out) is the same model: no score may notice (a table
+    decompressed with the key hash S_B would flip sign and decode the wrong values)."""
+    cfg, adapter, model = _built({"model": {"adapter": "linear-mamba", "d_model": 16, "d_state": 8},
+                                  "task": {"vocab_size": 32, "seq_len": 16, "num_facts": 4}})
+    before, _ = measure(model, adapter, cfg.task, 16)
+    layer = model.blocks[0]
+    with torch.no_grad():
+        layer.s_c.weight.neg_()
+        layer.out_proj.weight.neg_()
+    after, _ = measure(model, adapter, cfg.task, 16)
+    for key, value in before.items():
+        assert after[key] == pytest.approx(value, abs=1e-9), key

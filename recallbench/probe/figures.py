@@ -57,14 +57,13 @@ def draw(arrays: Mapping[str, torch.Tensor], scores: Mapping, out: Path, title: 
     paths.append(out / "copy_shift.png")
     fig.savefig(paths[-1], bbox_inches="tight")
 
-    if "H" in arrays:
-        fig = Figure(figsize=(13, 4.2), dpi=110)
-        axes = fig.subplots(1, 3, gridspec_kw={"wspace": 0.4})
-        _show(axes[0], arrays["H"], "H_t = Σ x_τ x_{τ-1}ᵀ (V × V)")
-        _show(axes[1], arrays["H_compressed"], "H'_t = P_out h_t (D × N)")
-        _show(axes[2], arrays["H_decoded"],
-              f"H''_t = Eᵀ H'_t Ẽ (cosine {scores['state_cosine']:.2f})")
-        fig.suptitle(title, fontsize=10)
-        paths.append(out / "state.png")
-        fig.savefig(paths[-1], bbox_inches="tight")
+    fig = Figure(figsize=(13, 4.2), dpi=110)
+    axes = fig.subplots(1, 3, gridspec_kw={"wspace": 0.4})
+    _show(axes[0], arrays["H"], "H_t = Σ x_τ x_{τ-1}ᵀ (V × V)")
+    _show(axes[1], arrays["H_compressed"], "H'_t = P_out h_t (D × N)")
+    _show(axes[2], arrays["H_decoded"],
+          f"H''_t = Eᵀ H'_t Ẽ (cosine {scores['state_cosine']:.2f})")
+    fig.suptitle(title, fontsize=10)
+    paths.append(out / "state.png")
+    fig.savefig(paths[-1], bbox_inches="tight")
     return paths

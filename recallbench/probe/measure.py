@@ -6,10 +6,13 @@ The adapter describes its model as a :class:`~recallbench.api.circuit.Circuit`
 (``Adapter.circuit``).  Before anything is scored, the circuit's own logits,
 ``Σ_{τ≤t} G_vv ξ_τ (ξ_τᵀ G_kq ξ_t)``, are compared with the model's on the same
 sequences (``circuit_gap``, relative): a circuit that does not describe the model is
-refused instead of scored.  The key and value tokens are read off the task's sequences
+refused instead of scored.  The circuit's sign is made canonical first
+(:func:`canonical_sign`).  The key and value tokens are read off the task's sequences
 (the tokens at asked positions and their answers), so no task layout is assumed.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
@@ -28,6 +31,17 @@ def circuit_logits(c, x: torch.Tensor) -> torch.Tensor:
     s = (xi @ operators.g_kq(c) @ xi.transpose(1, 2)).transpose(1, 2)  # [t, τ] = ξ_τᵀ G_kq ξ_t
     s = s * torch.ones(L, L, dtype=torch.float64).tril()
     return s @ (xi @ operators.g_vv(c).t())
+
+
+def canonical_sign(c, values: torch.Tensor):
+    """The circuit with (S_C, P_out) → (−S_C, −P_out) if that makes G_vv's value block
+    positive on its diagonal: the same model (both signs cancel in the logits), so the
+    signed scores compare across runs instead of depending on an arbitrary sign."""
+    V, W = c.vocab_size, c.width
+    block = operators.g_vv(c)[:, (W - 1) * V:][values][:, values]
+    if block.diagonal().sum() >= 0:
+        return c
+    return dataclasses.replace(c, S_C=-c.S_C, P_out=-c.P_out)
 
 
 def measure(model, adapter, task, n_sequences: int = 64, seed: int = 0):
@@ -49,6 +63,7 @@ def measure(model, adapter, task, n_sequences: int = 64, seed: int = 0):
                           f"model's logits (relative gap {gap:.1e} > {CIRCUIT_TOLERANCE:g})")
     asked = y != IGNORE
     keys, values = torch.unique(x[asked]), torch.unique(y[asked])
+    circuit = canonical_sign(circuit, values)
     scores = {"circuit_gap": gap, "width": circuit.width, "sequences": n_sequences, "seed": seed}
     scores.update(operators.operator_scores(circuit, keys, values))
     copy, arrays = sequences.copy_shift(circuit, x, values)

@@ -10,9 +10,12 @@ are absent: zero blocks).
   the copy score reads the rows whose token x_t is a value (only values are read out).
 * The state as a hash table (eq. 13–15, Fig. 3): the compressed table
   H'_t = P_out Σ_{τ≤t} x̂_τ B_τᵀ (D, N), decompressed on both sides,
-  H''_t = Eᵀ H'_t Ẽ with Ẽ = S_B Ê_in^(W-2) (N, V) the key hash, should match the exact table
-  H_t = Σ_{τ≤t} x_τ x_{τ-1}ᵀ on the rows of values and the columns of keys.  Reading H''_t at
-  each query's key (argmax over the value tokens) gives ``state_decode_accuracy``.
+  H''_t = Eᵀ H'_t Ẽ with Ẽ = S_C Ê_in^(W-1) (N, V) the hash of a token read as a query,
+  should match the exact table H_t = Σ_{τ≤t} x_τ x_{τ-1}ᵀ on the rows of values and the
+  columns of keys.  Reading H''_t at each query's key (argmax over the value tokens) gives
+  ``state_decode_accuracy``.  The designed model hashes keys and queries with one Ẽ = F E;
+  a trained one has two, and only the query side is safe: (S_C, P_out) → (−S_C, −P_out)
+  leaves the model unchanged but would flip a table decompressed with the key hash S_B.
 """
 from __future__ import annotations
 
@@ -61,22 +64,20 @@ def state_table(c: Circuit, x: torch.Tensor, targets: torch.Tensor, keys: torch.
                 values: torch.Tensor, ignore: int) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     """H''_t against H_t at the last position, and decoding every query through H''_t."""
     V, W = c.vocab_size, c.width
-    if W < 2:  # no previous-token tap: there is no key hash to decompress with
-        return {"state_cosine": 0.0, "state_decode_accuracy": 0.0}, {}
     xh = windows(x, V, W) @ c.E_in.double().t()  # x̂ (B, L, D_in)
     Bk = xh @ c.S_B.double().t()  # B_t (B, L, N)
-    key_hash = c.S_B.double() @ c.tap(W - 2).double()  # Ẽ (N, V)
+    query_hash = c.S_C.double() @ c.tap(W - 1).double()  # Ẽ (N, V)
     read = c.E.double().t() @ c.P_out.double()  # Eᵀ P_out (V, D_in)
     # H''_t e_{x_t} = Eᵀ P_out Σ_{τ≤t} x̂_τ ⟨B_τ, Ẽ e_{x_t}⟩ for every t at once
     L = x.shape[1]
-    s = (key_hash.t()[x] @ Bk.transpose(1, 2)) * torch.ones(L, L, dtype=torch.float64).tril()
+    s = (query_hash.t()[x] @ Bk.transpose(1, 2)) * torch.ones(L, L, dtype=torch.float64).tril()
     decoded = (s @ xh) @ read.t()  # (B, L, V)
     asked = targets != ignore
     pred = values[decoded[..., values].argmax(-1)]
     accuracy = float((pred[asked] == targets[asked]).double().mean()) if asked.any() else 0.0
     # the tables at the last position
     H1 = torch.einsum("bld,bln->bdn", xh, Bk)  # Σ x̂_τ B_τᵀ (B, D_in, N)
-    H2 = read @ H1 @ key_hash  # H'' (B, V, V)
+    H2 = read @ H1 @ query_hash  # H'' (B, V, V)
     one = F.one_hot(x, V).double()
     exact = torch.einsum("blv,blk->bvk", one[:, 1:], one[:, :-1])  # Σ x_τ x_{τ-1}ᵀ
     sub = torch.ones(1, len(values), len(keys), dtype=torch.bool)
