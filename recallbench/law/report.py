@@ -142,6 +142,41 @@ def _collapse(col: Mapping) -> list[str]:
                            "dispersion", "points"], rows) + [""]
 
 
+def _worst_cells(worst: Sequence[Mapping]) -> str:
+    """Cells by |standardized residual|: 'D=64 N=32 N_f=16: −2.09; …' (Λ when not 1)."""
+    return "; ".join(f"D={_fmt(w['d_model'])} N={_fmt(w['d_state'])}"
+                     + (f" Λ={_fmt(w['n_layers'])}" if w.get("n_layers", 1) != 1 else "")
+                     + f" N_f={_fmt(w['num_facts'])}: {w['residual']:+.2f}" for w in worst)
+
+
+def _extended(ext: Mapping) -> list[str]:
+    """The extended law beside the paper's, with the test of f = 0: one table."""
+    lines = ["**Extended law (extension, not the paper's law)**: a guessing floor f, "
+             "p = f + (1 − f)·Φ(x − b), fitted beside the collapse on the same counts; test "
+             "of f = 0 (docs/theory.md, \"The extended law\"):", ""]
+    rows = []
+    for view in ("best", "mean"):
+        e = ext.get(view) or {}
+        if "error" in e or not e:
+            rows.append([view, f"fit failed: {e.get('error', 'no fit')}"] + [""] * 8)
+            continue
+        t, phi = e["test"], e["extended"]["dispersion"]
+        crit = "qaic" if phi > 1 else "aic"
+        for name, m in (("paper", e["paper"]), ("extended", e["extended"])):
+            floor = (f"{_fmt(m['floor'])} {ci_text(m['floor_ci'])}" if "floor" in m
+                     else "0 (fixed)")
+            test = (f"{'F' if t['kind'] == 'F' else 'χ²'}{tuple(t['df'])} = "
+                    f"{_fmt(t['statistic'])}, 2Δℓ = {_fmt(t['lr'])}, p = {_fmt(t['p_value'])}"
+                    if name == "extended" else "")
+            rows.append([e.get("label", view), name, f"{_fmt(m['a'])} {ci_text(m['a_ci'])}",
+                         f"{_fmt(m['b'])} {ci_text(m['b_ci'])}", floor, _fmt(m["log_lik"], 6),
+                         _fmt(m["dispersion"], 3), f"{crit.upper()} {_fmt(m[crit], 5)}", test,
+                         _worst_cells(m["worst"])])
+    return lines + _table(["view", "law", "a [95% CI]", "b [95% CI]", "floor f [95% CI]",
+                           "log-lik", "dispersion", "AIC (QAIC if φ > 1)", "test of f = 0",
+                           "worst cells (standardized residual)"], rows) + [""]
+
+
 def _efficiency(eff: Mapping) -> list[str]:
     """The pooled state efficiency S_eff/S, one line."""
     parts = []
@@ -186,6 +221,8 @@ def render_markdown(report: Mapping, figures: Sequence[str] = ()) -> str:
         lines += _cells(g)
         if g.get("collapse"):
             lines += _collapse(g["collapse"])
+        if g.get("extended"):
+            lines += _extended(g["extended"])
         if g.get("efficiency"):
             lines += _efficiency(g["efficiency"])
         if g.get("configs"):

@@ -29,7 +29,10 @@ Vocabulary of the report (docs/theory.md, "Report columns")
   ``collapse=True``), beside the pooled state efficiency S_eff/S; per model configuration
   (D, N, Λ): the fitted effective state S_eff (:func:`recallbench.law.fit.fit_effective_state`),
   the capacity N_f*(δ), the Fano minimum there and b·S / Fano minimum.  A model whose state
-  grows with L (``state_size`` null, attention) gets S_eff but no ratios.
+  grows with L (``state_size`` null, attention) gets S_eff but no ratios.  Beside the
+  collapse fit, ``extended``: an extension, not the paper's law
+  (:mod:`recallbench.law.extended`): the collapse with a guessing floor, and the
+  likelihood-ratio test of the paper's law against it.
 * ``impossible``: runs whose accuracy (lower CI bound) needs more bits than the state holds
   (Lem 4.5, :func:`recallbench.law.fit.fano_check`): a leak or a bug, never a win.
 * ``unconverged``: runs cut by ``max_steps`` while still improving (record ``converged``
@@ -55,7 +58,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from recallbench.api.canonical import canonical_json, config_hash, plain
-from recallbench.law import declared, fit, theory
+from recallbench.law import declared, extended, fit, theory
 from recallbench.law.cells import best_run, cell_summary, group_label, model_key, task_key
 from recallbench.law.records import SCHEMA, ScoreWarning, load_records
 
@@ -190,6 +193,7 @@ def _score_group(gid: str, model: dict, task: dict, cells: list[dict], collapse:
         group["efficiency"] = _efficiency(ok, family, form, level)
     if (kind in theory.COLLAPSE_KINDS) if collapse == "auto" else bool(collapse):
         group["collapse"] = _collapse(ok, family, kind, level)
+        group["extended"] = extended.group_fits(ok, group["collapse"], level)
     best_fit = (group["collapse"] or {}).get("best") or {}
     for c in ok:
         c["theory"] = _predictions(c, group["paper_a"], best_fit)
