@@ -2,7 +2,7 @@
 
     recallbench sweep SWEEP.yaml --store DIR [--shard I/N] [--executor inprocess|processes|ray]
                       [--workers K] [--address ADDR] [--threads-per-worker T] [--ensemble K]
-                      [--gpus-per-worker G]
+                      [--gpus-per-worker G] [--workers-per-gpu M] [--compile [MODE]]
                       [--dry-run] [--limit N] [--no-retry-failed] [--max-points N]
     recallbench sweep SWEEP.yaml --store DIR --adaptive [--tol 0.1] [--max-runs 40]
                       [--stop interval|stable|either]
@@ -62,6 +62,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ensemble", type=int, metavar="K",
                    help="train up to K points of the same shape as one batched model "
                         "(needs recallbench.harness.ensemble)")
+    p.add_argument("--compile", nargs="?", const="default", metavar="MODE",
+                   help="--ensemble: torch.compile the batched step (MODE: default, "
+                        "reduce-overhead, max-autotune or aot_eager; default: default); it "
+                        "trains uncompiled, after one warning line, where compiling fails")
+    p.add_argument("--workers-per-gpu", type=int, metavar="M",
+                   help="processes, runs on a GPU: the workers sharing it are bounded by M "
+                        "(default 16, at most 64) and by its free memory, not by the CPUs")
     p.add_argument("--limit", type=int, metavar="N", help="run at most N of the pending points")
     p.add_argument("--dry-run", action="store_true",
                    help="list the points and skip counts (and their state in --store); run nothing")
@@ -135,7 +142,8 @@ def command(args) -> int:
 
     executor = make_executor(args.executor, workers=args.workers, address=args.address,
                              threads=args.threads_per_worker, ensemble=bool(args.ensemble),
-                             gpus=args.gpus_per_worker, notify=_notify)
+                             gpus=args.gpus_per_worker, notify=_notify, compile=args.compile,
+                             gpu=_gpu(args, points))
     try:
         return _run(args, points, executor, shard, header)
     finally:
@@ -180,6 +188,15 @@ def _check_arguments(args) -> None:
     for flag, value in (("--address", args.address), ("--gpus-per-worker", args.gpus_per_worker)):
         if value is not None and args.executor != "ray":
             raise ConfigError(f"{flag} is for --executor ray")
+    if args.workers_per_gpu is not None and args.executor != "processes":
+        raise ConfigError("--workers-per-gpu is for --executor processes")
+    if args.compile is not None:
+        from recallbench.harness.ensemble_compile import check_mode
+
+        check_mode(args.compile)
+        if not args.ensemble or args.executor == "ray":
+            raise ConfigError("--compile is for --ensemble K with --executor inprocess or "
+                              "processes")
     if args.adaptive:
         if args.shard or args.limit is not None:
             raise ConfigError("--adaptive chooses its own runs: it does not combine with "
@@ -255,6 +272,16 @@ def _drive(args, points, st, executor, echo, header: str) -> dict:
 
     return run_sweep(points, st, executor, retry_failed=args.retry_failed, limit=args.limit,
                      ensemble=args.ensemble, echo=echo, header=header)
+
+
+def _gpu(args, points):
+    """The GPU the workers of --executor processes share, or None (the CPUs bound them)."""
+    if args.executor != "processes":
+        return None
+    from recallbench.runs.gpu_share import check_per_gpu, sweep_gpu
+
+    check_per_gpu(args.workers_per_gpu)
+    return sweep_gpu(points, args.ensemble, args.workers_per_gpu)
 
 
 def _notify(message: str) -> None:

@@ -63,6 +63,14 @@ Limits: the blocks must vmap (pure PyTorch ops, no data-dependent Python control
 no custom CUDA/Triton kernels, no in-place updates of buffers); :func:`run_ensemble` checks
 that the vmapped forward matches the plain one and raises :class:`EnsembleError` (a
 ConfigError) naming the adapter otherwise.  One device, one process; no DDP.
+
+Size: K is bounded by memory, not by the code.  Before building, the members' parameters,
+optimizer state and training batches (K times a single run's,
+:mod:`recallbench.harness.ensemble_memory`) are checked against the device's free memory
+(a GPU's, else the host's); members that do not fit together train as consecutive
+smaller ensembles (:func:`chunks`), and one member that does not fit alone is refused as
+a single run is.  ``compile``: an opt-in ``torch.compile`` of the vmapped blocks
+(:mod:`recallbench.harness.ensemble_compile`), off by default.
 """
 from __future__ import annotations
 
@@ -76,6 +84,8 @@ from recallbench.api.config import RunConfig
 from recallbench.api.record import failed_record, make_record
 from recallbench.api.registry import ADAPTERS
 from recallbench.harness.convergence import History
+from recallbench.harness.ensemble_compile import check_mode
+from recallbench.harness.ensemble_memory import available, members_that_fit
 from recallbench.harness.ensemble_model import StackedModels
 from recallbench.harness.ensemble_shape import (MEMBER_KEYS, EnsembleError, as_config,
                                                 check_same_shape, ensemble_threads,
@@ -83,30 +93,73 @@ from recallbench.harness.ensemble_shape import (MEMBER_KEYS, EnsembleError, as_c
 from recallbench.harness.ensemble_train import Outcome, train
 from recallbench.harness.lr_search import announce as announce_entry
 from recallbench.harness.lr_search import candidates, choose, entry, searched_record
+from recallbench.harness.resources import check_memory
 from recallbench.harness.train import cpu_threads, pick_device
 
-__all__ = ["EnsembleError", "MEMBER_KEYS", "ensemble_threads", "group_by_shape",
+__all__ = ["EnsembleError", "MEMBER_KEYS", "chunks", "ensemble_threads", "group_by_shape",
            "run_ensemble", "shape_key"]
 
 
 def run_ensemble(configs: Sequence[RunConfig | Mapping[str, Any]], progress: bool = False,
-                 on_step=None, announce: bool = False) -> list[dict[str, Any]]:
+                 on_step=None, announce: bool = False, compile: str | None = None
+                 ) -> list[dict[str, Any]]:
     """Train K configs of one shape (see :func:`shape_key`) as one batched model.
 
     Returns one result record per config, in order (schema of :func:`train.run`, plus
     ``"ensemble": K``, the members trained).  ``on_step(step, members, losses)`` is called
     after every step (members: the indices trained in it; losses: their training losses).
     A config with a list of learning rates is a search: one member per lr, one record;
-    ``announce`` prints one line per candidate.
+    ``announce`` prints one line per candidate.  ``compile``: a mode of
+    :data:`~recallbench.harness.ensemble_compile.COMPILE_MODES` (None: not compiled).
+    When the members do not fit in the device's memory together, they train as
+    consecutive smaller ensembles (:func:`chunks`; a search is never split).
     """
     searches = [as_config(c) for c in configs]
     if not searches:
         return []
     check_same_shape(searches)
+    check_mode(compile)
+    ADAPTERS.require(searches[0].model.adapter)
+    device = pick_device(searches[0].train.device)
+    records, offset = [], 0
+    for part in chunks(searches, device):
+        step = _shifted(on_step, offset) if on_step is not None and offset else on_step
+        records += _run_batched(part, device, progress, step, announce, compile)
+        offset += sum(len(candidates(c)) for c in part)
+    return records
+
+
+def _shifted(on_step, offset: int):
+    """``on_step`` of a chunk, with its members numbered as in the whole ensemble."""
+    return lambda step, members, losses: on_step(step, [k + offset for k in members], losses)
+
+
+def chunks(searches: list[RunConfig], device: torch.device,
+           free: int | None = None) -> list[list[RunConfig]]:
+    """The configs in consecutive groups whose members fit together in ``free`` bytes
+    (default: what the device has free); ConfigError when one member alone does not."""
+    cfg = candidates(searches[0])[0]
+    check_memory(cfg, str(device))  # one member must fit, as a single run must
+    gpu = device.type == "cuda"
+    sizes = [len(candidates(c)) for c in searches]
+    free = available(device) if free is None else free
+    fit = members_that_fit(cfg, sum(sizes), free, on_device=True if gpu else None)
+    groups: list[list[RunConfig]] = [[]]
+    count = 0
+    for c, n in zip(searches, sizes):
+        if groups[-1] and count + n > fit:
+            groups.append([])
+            count = 0
+        groups[-1].append(c)
+        count += n
+    return groups
+
+
+def _run_batched(searches: list[RunConfig], device: torch.device, progress: bool, on_step,
+                 announce: bool, compile: str | None) -> list[dict[str, Any]]:
+    """One batched model of ``searches``' members: train, choose, test; the records."""
     owner = [i for i, c in enumerate(searches) for _ in candidates(c)]
     cfgs = [m for c in searches for m in candidates(c)]
-    ADAPTERS.require(cfgs[0].model.adapter)
-    device = pick_device(cfgs[0].train.device)
     threads = ensemble_threads(cfgs) if device.type == "cpu" else torch.get_num_threads()
     start = time.perf_counter()
     with cpu_threads(threads), warnings.catch_warnings():
@@ -115,7 +168,7 @@ def run_ensemble(configs: Sequence[RunConfig | Mapping[str, Any]], progress: boo
         ens = StackedModels(cfgs, device)
         ens.check_vmap()
         tc = cfgs[0].train
-        out = train(ens, show=progress, on_step=on_step) \
+        out = train(ens, show=progress, on_step=on_step, compile=compile) \
             if ens.trainable and tc.max_steps > 0 else None
         records = _searched(ens, out, searches, owner, announce)
     wall = round(time.perf_counter() - start, 3)

@@ -22,6 +22,7 @@ from recallbench.api.config import RunConfig
 from recallbench.api.task import IGNORE
 from recallbench.harness.convergence import History
 from recallbench.harness.data import TRAIN_STREAM, make_generator
+from recallbench.harness.ensemble_compile import Compiled
 from recallbench.harness.ensemble_model import StackedModels, Tensors, take
 from recallbench.harness.schedule import warmup_flat_cosine
 
@@ -128,12 +129,13 @@ def _query_weights(answers: torch.Tensor, keep: torch.Tensor | None):
     return answers.clamp_min(0), keep / keep.sum(-1, keepdim=True).clamp_min(1.0)
 
 
-def _loss_and_grads(ens: StackedModels, x, y, idx, smoothing):
-    """Each member's training loss on its batch x, y (K', B, L), and the gradients."""
+def _loss_and_grads(ens: StackedModels, x, y, idx, smoothing, hidden: Callable):
+    """Each member's training loss on its batch x, y (K', B, L), and the gradients;
+    ``hidden``: the vmapped blocks (``ens.fn.hidden``, or its compiled form)."""
     full = idx is None
     p = {n: (v if full else v[idx]).requires_grad_(True) for n, v in ens.params.items()}
     fixed = take(ens.fixed, idx)
-    h = ens.fn.hidden(p, fixed, x)
+    h = hidden(p, fixed, x)
     mask = y != IGNORE
     hs, keep = _labelled(h, mask)
     answers = y[mask].view(x.shape[0], -1) if keep is None else y.flatten(1)
@@ -159,14 +161,19 @@ def _validate(ens: StackedModels, out: Outcome, step: int, members: list[int], t
             out.stop(k, step, t0)
 
 
-def train(ens: StackedModels, show: bool = False, on_step=None) -> Outcome:
-    """Train every member to its end; the members' best weights are restored in ``ens``."""
+def train(ens: StackedModels, show: bool = False, on_step=None,
+          compile: str | None = None) -> Outcome:
+    """Train every member to its end; the members' best weights are restored in ``ens``.
+    ``compile``: a mode of :data:`~recallbench.harness.ensemble_compile.COMPILE_MODES`
+    for the vmapped blocks, or None (plain)."""
     cfgs, K, dev = ens.cfgs, ens.K, ens.device
     tc, task = cfgs[0].train, cfgs[0].task
     opt = StackedAdamW(cfgs, ens.params, dev)
     smoothing = _member_tensor(cfgs, lambda t: t.label_smoothing, dev)
     gens = [make_generator(TRAIN_STREAM, c.train.seed, 0, 0) for c in cfgs]
     out, last_val, t0 = Outcome.start(cfgs), -1, time.perf_counter()
+    hidden = Compiled(ens.fn.hidden, compile) if compile else None
+    batch = None  # compiled: every member's latest batch (K, B, L), so shapes never change
     bar = _progress(tc.max_steps, K) if show else None
     for step in range(tc.max_steps):
         members = [k for k in range(K) if out.active[k]]
@@ -176,13 +183,21 @@ def train(ens: StackedModels, show: bool = False, on_step=None) -> Outcome:
         batches = [task.sample(tc.batch_size, gens[k]) for k in members]
         x = torch.stack([b[0] for b in batches]).to(dev)
         y = torch.stack([b[1] for b in batches]).to(dev)
-        losses, grads = _loss_and_grads(ens, x, y, idx, smoothing)
+        whole = hidden is not None and hidden.active
+        if whole:
+            batch = _whole(batch, x, y, idx)
+            losses, grads = _loss_and_grads(ens, *batch, None, smoothing, hidden)
+            losses = [losses[k] for k in members]
+        else:
+            losses, grads = _loss_and_grads(ens, x, y, idx, smoothing, hidden or ens.fn.hidden)
         finite = [math.isfinite(v) for v in losses]
         for j, k in enumerate(members):
             if not finite[j]:
                 out.failed[k] = f"training loss became {losses[j]} at step {step}"
                 out.stop(k, step, t0)
-        opt.step(ens.params, grads, idx, step, torch.tensor(finite, device=dev))
+        # the whole batch updates only the members still active (stopped ones keep theirs)
+        keep = out.active if whole else finite
+        opt.step(ens.params, grads, None if whole else idx, step, torch.tensor(keep, device=dev))
         done = step + 1
         if on_step is not None:
             on_step(done, members, losses)
@@ -195,6 +210,16 @@ def train(ens: StackedModels, show: bool = False, on_step=None) -> Outcome:
     if bar is not None:
         bar(None, 0)
     return out
+
+
+def _whole(batch, x, y, idx):
+    """(x, y) of all K members: the active ones' new rows ``idx`` (None: all) over the
+    previous batch's (a stopped member's rows are computed, never used)."""
+    if batch is None or idx is None:
+        return x, y
+    bx, by = batch
+    bx[idx], by[idx] = x, y
+    return bx, by
 
 
 def _finish(ens: StackedModels, out: Outcome, last_val: int, t0: float) -> None:

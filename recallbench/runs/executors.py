@@ -8,7 +8,9 @@ each worker runs it with :func:`recallbench.runs.worker.run_configs`.
 
 * ``inprocess`` (default): one point after another in this process.
 * ``processes``: ``--workers K`` local worker processes (``ProcessPoolExecutor``, spawn
-  context), each with ``--threads-per-worker`` torch threads (default 1).
+  context), each with ``--threads-per-worker`` torch threads (default 1).  K is bounded by
+  the CPUs, or, when the runs train on a GPU, by ``--workers-per-gpu`` and the GPU's free
+  memory: the workers share the one device (:mod:`recallbench.runs.gpu_share`).
 * ``ray``: tasks on an existing cluster (``--address``) or on a local one started with
   ``ray.init(num_cpus=workers · threads)``; each task asks for ``threads`` CPUs.
 
@@ -24,6 +26,7 @@ import os
 from typing import Any, Callable, Iterator
 
 from recallbench.api.errors import ConfigError
+from recallbench.runs.gpu_share import GpuRuns
 from recallbench.runs.worker import init_worker, run_configs
 
 EXECUTORS = ("inprocess", "processes", "ray")
@@ -33,19 +36,22 @@ EXECUTORS = ("inprocess", "processes", "ray")
 
 class InProcess:
     """One item after another in this process.  ``runner`` and ``reraise``: see
-    :func:`recallbench.runs.worker.run_configs` (a leaderboard run passes its own)."""
+    :func:`recallbench.runs.worker.run_configs` (a leaderboard run passes its own);
+    ``compile``: the ensembles' compile mode (:mod:`recallbench.harness.ensemble_compile`)."""
 
     name = "inprocess"
 
     def __init__(self, threads: int | None = None, ensemble: bool = False,
-                 runner: Callable | None = None, reraise: tuple[type[Exception], ...] = ()):
-        self.threads, self.ensemble = threads, ensemble
+                 runner: Callable | None = None, reraise: tuple[type[Exception], ...] = (),
+                 compile: str | None = None):
+        self.threads, self.ensemble, self.compile = threads, ensemble, compile
         self.runner, self.reraise = runner, reraise
         self.parallel = 1
 
     def run(self, items: list[list[dict]]) -> Iterator[tuple[int, Any]]:
         for i, item in enumerate(items):
-            yield i, run_configs(item, self.threads, self.ensemble, self.runner, self.reraise)
+            yield i, run_configs(item, self.threads, self.ensemble, self.runner, self.reraise,
+                                 self.compile)
 
     def close(self) -> None:
         pass
@@ -55,10 +61,11 @@ class Processes:
     name = "processes"
 
     def __init__(self, workers: int, threads: int = 1, ensemble: bool = False,
-                 notify: Callable[[str], None] | None = None):
+                 notify: Callable[[str], None] | None = None, compile: str | None = None):
         import multiprocessing
 
         self.workers, self.threads, self.ensemble = workers, threads, ensemble
+        self.compile = compile
         self.notify = notify  # told at once when the workers are stopped early
         self.parallel = workers
         self._context = multiprocessing.get_context("spawn")
@@ -85,7 +92,7 @@ class Processes:
                 while todo and len(pending) < window:
                     i = todo.pop()
                     pending[self._pool.submit(run_configs, items[i], self.threads,
-                                              self.ensemble)] = i
+                                              self.ensemble, None, (), self.compile)] = i
                 done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
                 broken = None
                 for fut in done:
@@ -146,7 +153,10 @@ class Processes:
 
 def make_executor(kind: str = "inprocess", *, workers: int | None = None, address: str | None = None,
                   threads: int | None = None, ensemble: bool = False, gpus: float | None = None,
-                  notify: Callable[[str], None] | None = None):
+                  notify: Callable[[str], None] | None = None, compile: str | None = None,
+                  gpu: GpuRuns | None = None):
+    """The executor ``kind``; ``gpu``: the runs train on that GPU (processes: the workers
+    share it, see :mod:`recallbench.runs.gpu_share`); ``compile``: the ensembles' mode."""
     if kind not in EXECUTORS:
         raise ConfigError(f"--executor {kind!r} is not allowed: one of {', '.join(EXECUTORS)}")
     if workers is not None and workers < 1:
@@ -154,17 +164,19 @@ def make_executor(kind: str = "inprocess", *, workers: int | None = None, addres
     if threads is not None and threads < 1:
         raise ConfigError(f"--threads-per-worker {threads} is not allowed: must be >= 1")
     if kind == "inprocess":
-        return InProcess(threads, ensemble)
+        return InProcess(threads, ensemble, compile=compile)
     if kind == "processes":
         cpus = os.cpu_count() or 1
+        if threads is not None and threads > cpus:
+            raise ConfigError(f"--threads-per-worker {threads} is not allowed: must be in "
+                              f"[1, {cpus}] (the CPUs of this machine)")
+        if gpu is not None:  # the workers share one GPU: bounded by it, not by the CPUs
+            return Processes(gpu.workers(workers, cpus), threads or 1, ensemble, notify, compile)
         # each worker is a training process (hundreds of MB): more than the CPUs only waits
         if workers is not None and workers > cpus:
             raise ConfigError(f"--workers {workers} is not allowed: must be in [1, {cpus}] "
                               "(the CPUs of this machine; a worker trains one point at a time)")
-        if threads is not None and threads > cpus:
-            raise ConfigError(f"--threads-per-worker {threads} is not allowed: must be in "
-                              f"[1, {cpus}] (the CPUs of this machine)")
-        return Processes(workers or cpus, threads or 1, ensemble, notify)
+        return Processes(workers or cpus, threads or 1, ensemble, notify, compile)
     from recallbench.runs.ray_executor import Ray
 
     return Ray(address, workers, threads or 1, ensemble, gpus)

@@ -81,13 +81,14 @@ def _watch_parent(parent_pid: int, poll_s: float = 0.5) -> None:
 
 
 def run_configs(configs: list[dict], threads: int | None = None, ensemble: bool = False,
-                runner: Callable | None = None, reraise: tuple[type[Exception], ...] = ()
-                ) -> list[dict]:
+                runner: Callable | None = None, reraise: tuple[type[Exception], ...] = (),
+                compile: str | None = None) -> list[dict]:
     """Run one work item; a failing point gets a failed record instead of raising.
 
     ``configs`` are canonical config dicts (``RunConfig.to_dict()``), resolved here again.
     ``runner(cfg, progress=False)`` runs one point (default :func:`recallbench.harness.train.run`);
-    exceptions of the types in ``reraise`` are not recorded but propagate.
+    exceptions of the types in ``reraise`` are not recorded but propagate.  ``compile``:
+    an ensemble's compile mode (:mod:`recallbench.harness.ensemble_compile`).
     """
     from recallbench.api.config import resolve
 
@@ -99,7 +100,7 @@ def run_configs(configs: list[dict], threads: int | None = None, ensemble: bool 
             cfg.train.threads = threads  # not hashed: the point keeps its config_hash
         cfgs.append(cfg)
     if ensemble:
-        return _run_ensemble(cfgs)
+        return _run_ensemble(cfgs, compile)
     if runner is None:
         from recallbench.harness.train import run as runner
     from recallbench.api.record import failed_record
@@ -115,13 +116,14 @@ def run_configs(configs: list[dict], threads: int | None = None, ensemble: bool 
     return records
 
 
-def _run_ensemble(cfgs: list) -> list[dict]:
+def _run_ensemble(cfgs: list, compile: str | None = None) -> list[dict]:
     """The configs as one batched model; if the batch fails, every member is failed."""
     from recallbench.api.record import failed_record
     from recallbench.harness.ensemble import run_ensemble
 
     try:
-        records = run_ensemble(cfgs, progress=False)
+        # compile only when asked: the ensemble module may be one without the keyword
+        records = run_ensemble(cfgs, progress=False, **({"compile": compile} if compile else {}))
         if len(records) != len(cfgs):
             raise RuntimeError(f"run_ensemble returned {len(records)} records "
                                f"for {len(cfgs)} configs")
