@@ -157,3 +157,18 @@ def test_scores_unchanged_when_query_and_output_flip_sign():
     after, _ = measure(model, adapter, cfg.task, 16)
     for key, value in before.items():
         assert after[key] == pytest.approx(value, abs=1e-9), key
+
+
+def test_cli_probe_several_records_prints_table(cli, tmp_path):
+    for name, d in (("a", 32), ("b", 64)):
+        rc, out, err = cli("run", "--quiet", "--out", f"{name}.json", "--set", "model.adapter=designed",
+                           "--set", f"model.d_model={d}", "--set", "model.d_state=16",
+                           "--set", "train.test_size=64")
+        assert rc == 0, err
+    rc, out, err = cli("probe", "a.json", "b.json", "--sequences", "8")
+    assert rc == 0, err
+    rows = [ln for ln in out.splitlines() if ln.startswith("| D=")]
+    assert [r.split(" | ")[0] for r in rows] == ["| D=32 N=16 W=2", "| D=64 N=16 W=2"]
+    assert (tmp_path / "a.probe" / "probe.json").exists() and (tmp_path / "b.probe" / "probe.json").exists()
+    rc, out, err = cli("probe", "a.json", "b.json", "--out", "x")
+    assert rc == 2 and "with several records" in err
