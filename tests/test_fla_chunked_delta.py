@@ -4,6 +4,7 @@ with the chunked form run in float64; and the deltanet / gated-deltanet adapters
 with the chunked kernels against the same models on the recurrent references."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -194,13 +195,19 @@ def test_adapter_gradients_equal_with_chunked_and_recurrent_kernels(name):
     assert max(errors.values()) <= TOL, errors
 
 
+def _bench(*args):
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_fla_chunked_delta.py"), *args],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
 @pytest.mark.slow
 def test_benchmark_prints_a_ratio_per_chunk_size():
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_fla_chunked_delta.py"),
-                           "--batch", "2", "--length", "20", "--chunks", "4", "16", "--steps", "1"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = _bench("--batch", "2", "--length", "20", "--chunks", "4", "16", "--calls", "1", "--rounds", "2")
     assert proc.returncode == 0, proc.stderr[-2000:]
     for kernel in ("delta_rule", "gated_delta_rule"):
         ratios = [ln for ln in proc.stdout.splitlines() if ln.startswith(kernel) and "x faster" in ln]
         assert len(ratios) == 2
-        assert f"{kernel:<17} fastest chunk " in proc.stdout
+        assert all(float(re.search(r"([\d.]+)x faster", ln).group(1)) > 0 for ln in ratios)
+        assert re.search(rf"{kernel} +fastest chunk (4|16) \([\d.]+x the reference\)", proc.stdout)
+    bad = _bench("--rounds", "0")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith("--rounds must be >= 1")
