@@ -33,6 +33,7 @@ EXTERNAL = {
     "leaderboard": ("recallbench.cli.leaderboard", "validate, verify and render leaderboards"),
     "doctor": ("recallbench.cli.doctor", "devices, versions, and the kernels each adapter runs here"),
     "probe": ("recallbench.cli.probe", "mechanistic probe of a trained or designed recall circuit"),
+    "topk": ("recallbench.cli.topk", "top-1 against top-k recall thresholds at two vocabularies"),
 }
 
 #: exit statuses of ``recallbench run`` (README, "Running one model"; ``run --help``)
