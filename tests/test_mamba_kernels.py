@@ -19,6 +19,7 @@ except Exception:  # pragma: no cover - transformers missing or broken
 
 from recallbench.adapters.cpu.mamba_ssm_import import availability, import_mamba_ssm
 from recallbench.adapters.cpu.mamba_ssm_swaps import SWAPS
+from recallbench.adapters.cpu import selective_scan_compiled
 from recallbench.adapters.cpu.selective_scan_fused import selective_scan_cpu
 from recallbench.api.config import ModelConfig
 from recallbench.api.registry import ADAPTERS
@@ -82,9 +83,15 @@ def ours(ts):
                               return_last_state=True)
 
 
-@pytest.mark.parametrize("bc", ["shared", "grouped", "fixed"])
-def test_fused_scan_equals_selective_scan_ref_and_a_float64_loop(bc):
+@pytest.mark.parametrize("bc, path", [("shared", "compiled"), ("shared", "torch"),
+                                      ("grouped", "torch"), ("fixed", "torch")])
+def test_fused_scan_equals_selective_scan_ref_and_a_float64_loop(bc, path, monkeypatch):
+    """Shared B and C take the compiled loop where it builds, and the torch scan without it."""
     import_mamba_ssm()
+    if path == "compiled" and selective_scan_compiled.library() is None:
+        pytest.skip("the compiled scan does not build here")
+    if path == "torch":
+        monkeypatch.setattr(selective_scan_compiled, "library", lambda: None)
     from mamba_ssm.ops.selective_scan_interface import selective_scan_ref
 
     ts = scan_inputs(bc, seed=len(bc))
@@ -124,7 +131,8 @@ def _run_model(model, x, y):
 
 
 def test_mamba_adapter_logits_and_grads_equal_with_the_reference_scan():
-    """The mamba adapter, fused scan vs mamba-ssm's selective_scan_ref: logits and every gradient."""
+    """The mamba adapter (fused branch: mamba_inner_cpu, causal_conv1d_cpu, the compiled scan)
+    vs mamba-ssm's unfused branch on selective_scan_ref: logits and every gradient."""
     import_mamba_ssm()
     from mamba_ssm.modules import mamba_simple
     from mamba_ssm.ops.selective_scan_interface import selective_scan_ref
@@ -136,12 +144,16 @@ def test_mamba_adapter_logits_and_grads_equal_with_the_reference_scan():
     y = torch.randint(0, 32, (3, 29), generator=torch.Generator().manual_seed(2))
     logits, grads = _run_model(model, x, y)
     model.zero_grad()
-    with SWAPS.applied():  # the blocks' own (nested) install keeps this binding
+    with SWAPS.applied():  # the blocks' own (nested) install keeps these bindings
+        # no conv kernel: Mamba.forward takes its own unfused branch (nn.Conv1d, its
+        # projections and layout changes), which calls selective_scan_fn: the reference
+        conv, mamba_simple.causal_conv1d_fn = mamba_simple.causal_conv1d_fn, None
         mamba_simple.selective_scan_fn = selective_scan_ref
         try:
             ref_logits, ref_grads = _run_model(model, x, y)
         finally:
             mamba_simple.selective_scan_fn = selective_scan_cpu
+            mamba_simple.causal_conv1d_fn = conv
     assert rel(logits, ref_logits) <= 1e-5
     assert sorted(grads) == sorted(ref_grads) and len(grads) > 10
     for name, gr in grads.items():

@@ -4,6 +4,14 @@ Each function takes the signature of the mamba-ssm kernel it stands in for;
 :mod:`recallbench.adapters.cpu.mamba_ssm_swaps` says which names get them.  Mamba-1's
 selective scan has its own module, :mod:`recallbench.adapters.cpu.selective_scan_fused`.
 
+* :func:`causal_conv1d_cpu`: causal-conv1d's ``causal_conv1d_fn`` as shifted multiply-adds
+  in the (batch, L, channels) layout.  Bound in ``mamba_simple``, it also sends ``Mamba``
+  down its fused branch, to :func:`mamba_inner_cpu`.
+* :func:`mamba_inner_cpu`: ``mamba_inner_fn`` (conv, x_proj, dt_proj, selective scan,
+  out_proj) as ``mamba_inner_ref`` does it, in the (batch, L, ·) layout throughout: the
+  projections' outputs are the scan's inputs as they are, and the scan's output is
+  out_proj's input, with no transposing copies (``Mamba``'s unfused branch makes six).
+
 * :func:`chunk_scan_cpu`: ``mamba_chunk_scan_combined`` (Triton) as ``ssd_minimal_discrete``
   (Listing 1 of the Mamba-2 paper) with the dt / D / z handling of the kernel.
 * :func:`split_conv1d_scan_cpu`: ``mamba_split_conv1d_scan_combined`` step by step:
@@ -21,6 +29,58 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from .selective_scan_fused import selective_scan_cpu
+
+
+def causal_conv_blc(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    """Causal depthwise conv of x (batch, L, d) with weight (d, width) [+ bias (d,)] → (batch, L, d).
+
+    y_t = Σ_j w_j ⊙ x_{t−(W−1)+j}: W shifted, scaled copies of x, as conv1d with padding W−1."""
+    width, seqlen = weight.shape[1], x.shape[1]
+    y = x * weight[:, -1] if bias is None else torch.addcmul(bias, x, weight[:, -1])
+    for j in range(width - 1):  # a loop over the kernel width, never over time
+        shift = width - 1 - j  # this tap reads x_{t − shift}
+        if shift < seqlen:
+            y = y + F.pad(x[:, :seqlen - shift], (0, 0, shift, 0)) * weight[:, j]
+    return y
+
+
+def causal_conv1d_cpu(x, weight, bias=None, seq_idx=None, initial_states=None,
+                      return_final_states=False, final_states_out=None, activation=None):
+    """causal-conv1d's ``causal_conv1d_fn`` (same signature): x (batch, d, L), weight (d, width)."""
+    if seq_idx is not None or initial_states is not None or return_final_states:
+        raise NotImplementedError("causal_conv1d_fn with seq_idx or states needs causal-conv1d's kernels")
+    y = causal_conv_blc(x.transpose(1, 2).contiguous(), weight, bias)
+    if activation in ("silu", "swish"):
+        y = F.silu(y)
+    return y.transpose(1, 2)
+
+
+def mamba_inner_cpu(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
+                    out_proj_weight, out_proj_bias, A, B=None, C=None, D=None, delta_bias=None,
+                    B_proj_bias=None, C_proj_bias=None, delta_softplus=True, checkpoint_lvl=1,
+                    b_rms_weight=None, c_rms_weight=None, dt_rms_weight=None,
+                    b_c_dt_rms_eps=1e-6):
+    """``mamba_inner_fn`` (same signature) as ``mamba_inner_ref``, for real A and input-dependent B, C.
+
+    xz (batch, 2d, L) → out (batch, L, d_model).  The transposes handed to
+    ``selective_scan_cpu`` are views of (batch, L, ·) tensors, which is the layout it scans in."""
+    if A.is_complex() or B is not None or C is not None or (b_rms_weight, c_rms_weight, dt_rms_weight) != (None,) * 3:
+        raise NotImplementedError("mamba_inner_fn with complex A, fixed B/C or B/C/dt norms "
+                                  "needs mamba-ssm's CUDA kernels")
+    rank, n = delta_proj_weight.shape[1], A.shape[1]
+    x, z = xz.transpose(1, 2).chunk(2, dim=-1)  # (batch, L, d) each
+    x = F.silu(causal_conv_blc(x.contiguous(), conv1d_weight[:, 0], conv1d_bias))
+    dt, B, C = F.linear(x, x_proj_weight).split([rank, n, n], dim=-1)
+    if B_proj_bias is not None:
+        B = B + B_proj_bias.to(B.dtype)
+    if C_proj_bias is not None:
+        C = C + C_proj_bias.to(C.dtype)
+    delta = F.linear(dt, delta_proj_weight)
+    y = selective_scan_cpu(x.transpose(1, 2), delta.transpose(1, 2), A, B.transpose(1, 2),
+                           C.transpose(1, 2), D, z.transpose(1, 2), delta_bias, delta_softplus)
+    return F.linear(y.transpose(1, 2), out_proj_weight, out_proj_bias)
 
 
 def chunk_scan_cpu(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,

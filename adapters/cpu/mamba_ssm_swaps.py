@@ -29,8 +29,10 @@ SWAPS = SwapSet("mamba-ssm CPU references", (
     # the same name in its home module, for callers that look it up there (ssd_selective_scan)
     Swap("mamba_ssm.ops.selective_scan_interface:selective_scan_fn", selective_scan_cpu,
          "selective_scan_ref's recurrence, fused backward"),
-    # Mamba: no causal-conv1d kernel -> nn.Conv1d, and the fused mamba_inner_fn path is skipped
-    Swap(SIMPLE + ":causal_conv1d_fn", None, NO_KERNEL),
+    # Mamba: causal-conv1d's kernel as shifted adds; being bound, it also sends Mamba.forward
+    # down its fused branch, mamba_inner_fn, in the (batch, L, ·) layout with no transposes
+    Swap(SIMPLE + ":causal_conv1d_fn", K.causal_conv1d_cpu, "shifted multiply-adds, (b, L, d)"),
+    Swap(SIMPLE + ":mamba_inner_fn", K.mamba_inner_cpu, "mamba_inner_ref, (b, L, ·) layout"),
     Swap(SIMPLE + ":causal_conv1d_update", None, NO_KERNEL),
     # Mamba.step (decoding): Triton selective_state_update -> its pure-torch branch
     Swap(SIMPLE + ":selective_state_update", None, NO_KERNEL),

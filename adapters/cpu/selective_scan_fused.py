@@ -29,6 +29,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import selective_scan_compiled
+
 # How B (or C) enters, by its shape (see _time_major)
 SHARED, PER_CHANNEL, FIXED = "tbn", "tbdn", "dn"
 
@@ -133,17 +135,28 @@ def selective_scan_cpu(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta
         return selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
     dtype_in = u.dtype
     work = torch.promote_types(dtype_in, torch.float32)
-    # everything time-major (L, batch, D) and contiguous: mamba-ssm hands u, delta and z
-    # over in three different memory layouts, and mixed strides are slow elementwise
-    u, delta = _steps(u, work), _steps(delta, work)
+    compiled = B.dim() == 3 and C.dim() == 3 and selective_scan_compiled.library() is not None
+    # everything (batch, L, ·) for the compiled loop, (L, batch, ·) for the torch one, and
+    # contiguous: mamba-ssm hands u, delta and z over in three different memory layouts, and
+    # mixed strides are slow elementwise
+    order = (0, 2, 1) if compiled else (2, 0, 1)
+    u, delta = (x.to(work).permute(order).contiguous() for x in (u, delta))
     if delta_bias is not None:
         delta = delta + delta_bias.to(work)
     if delta_softplus:
         delta = F.softplus(delta)
+    AT = A.to(work).t().contiguous()
+    if compiled:
+        B, C = (M.to(work).transpose(1, 2).contiguous() for M in (B, C))
+        D = None if D is None else D.to(work).contiguous()
+        z = None if z is None else z.to(work).transpose(1, 2).contiguous()
+        out, last_state = selective_scan_compiled.CompiledScan.apply(delta, u, AT, B, C, D, z)
+        out = out.transpose(1, 2).to(dtype=dtype_in)
+        return out if not return_last_state else (out, last_state.transpose(1, 2))
     dim = A.shape[0]
     Bt, b_kind = _time_major(B, dim, work)
     Ct, c_kind = _time_major(C, dim, work)
-    y, last_state = _Scan.apply(delta, delta * u, A.to(work).t().contiguous(), Bt, Ct, b_kind, c_kind)
+    y, last_state = _Scan.apply(delta, delta * u, AT, Bt, Ct, b_kind, c_kind)
     out = y if D is None else y + u * D.to(work)
     if z is not None:
         out = out * F.silu(_steps(z, work))
