@@ -89,13 +89,14 @@ def run_search(cfg: RunConfig, device: torch.device, show: bool,
     from recallbench.harness.module import DivergedError
 
     cands = candidates(cfg)
+    required = batched is True  # asked for; chosen by memory alone, it falls back one by one
     if batched is None:
         batched = fits_batched(cfg, device, len(cands))
     if batched is not False:
         try:
             rec = run_ensemble([cfg], progress=False, announce=show)[0]
         except EnsembleError:
-            if batched:
+            if required:
                 raise
         else:
             if rec["status"] != "ok":
