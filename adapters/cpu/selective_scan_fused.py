@@ -21,7 +21,10 @@ per (channel, state) too.  So the recurrence runs as it is, like the CUDA kernel
   gradients step by step; the B, C and Δ·u gradients are one batched product each over all
   (t, batch).  No per-step autograd graph, no O(L²) indexing gradients.
 
-Complex A is sent to mamba-ssm's ``selective_scan_ref`` unchanged.  Inputs in float64 are
+B and C shared by all channels (what ``Mamba`` passes) go to the compiled loop of
+:mod:`selective_scan_compiled` (the same recurrence in C++, D and the z gate fused in) where
+it builds; the torch scan below serves the other shapes of B and C, and everything when
+there is no compiler.  Complex A is sent to mamba-ssm's ``selective_scan_ref`` unchanged.  Inputs in float64 are
 scanned in float64 (the reference casts to float32), which is what the tests compare with.
 """
 from __future__ import annotations
