@@ -15,7 +15,7 @@ selective scan has its own module, :mod:`recallbench.adapters.cpu.selective_scan
 * :func:`chunk_scan_cpu`: ``mamba_chunk_scan_combined`` (Triton) as ``ssd_minimal_discrete``
   (Listing 1 of the Mamba-2 paper) with the dt / D / z handling of the kernel.
 * :func:`split_conv1d_scan_cpu`: ``mamba_split_conv1d_scan_combined`` step by step:
-  ``F.conv1d`` + SiLU, :func:`chunk_scan_cpu`, the gated ``rms_norm_ref``, out_proj.
+  :func:`causal_conv_blc` + SiLU, :func:`chunk_scan_cpu`, the gated ``rms_norm_ref``, out_proj.
 * :func:`layer_norm_fn_cpu` / :func:`rms_norm_fn_cpu`: the Triton layer norms as
   ``layer_norm_ref`` / ``rms_norm_ref``.
 
@@ -149,9 +149,7 @@ def split_conv1d_scan_cpu(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chu
     dstate = (conv1d_weight.shape[0] - dim) // ngroups // 2
     d_nonssm = (zxbcdt.shape[-1] - 2 * dim - 2 * ngroups * dstate - nheads) // 2
     zx0, z, xBC, dt = torch.split(zxbcdt, [2 * d_nonssm, dim, dim + 2 * ngroups * dstate, nheads], dim=-1)
-    width = conv1d_weight.shape[-1]
-    xBC = F.conv1d(xBC.transpose(1, 2), conv1d_weight.unsqueeze(1), conv1d_bias,
-                   padding=width - 1, groups=xBC.shape[-1])[..., :seqlen].transpose(1, 2)
+    xBC = causal_conv_blc(xBC.contiguous(), conv1d_weight, conv1d_bias)  # (b, l, ·), contiguous
     if activation in ("silu", "swish"):
         xBC = F.silu(xBC)
     x, B, C = torch.split(xBC, [dim, ngroups * dstate, ngroups * dstate], dim=-1)
