@@ -119,6 +119,8 @@ def test_study_leaves_out_unconverged_and_failed_runs():
     rows, info = topk.study_rows(recs)
     assert info["used"] == 10 and info["left_out"] == {"failed": 1, "unconverged": 1, "no_topk": 0}
     assert len(rows["x"]) == 10
+    rows, info = topk.study_rows(recs, include_unconverged=True)
+    assert info["used"] == 11 and info["unconverged_used"] == 1 and info["left_out"]["unconverged"] == 0
 
 
 @pytest.mark.parametrize("change, match", [

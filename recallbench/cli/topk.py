@@ -24,6 +24,9 @@ def add_arguments(p) -> None:
                         "(0..100000, default 200)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
     p.add_argument("--level", type=float, default=0.95, help="interval level in (0, 1) (default 0.95)")
+    p.add_argument("--include-unconverged", action="store_true",
+                   help="also use runs cut by max_steps while still improving (their accuracy "
+                        "at the step budget; left out by default, as by recallbench score)")
 
 
 def _ci(pair) -> str:
@@ -33,7 +36,8 @@ def _ci(pair) -> str:
 def to_markdown(res: dict) -> str:
     """The study's tables and verdict as Markdown."""
     k = res["top_k"]
-    lines = [f"Runs used: {res['used']} (left out: {res['left_out']}); a = {res['a']:g}; k = {k}.",
+    lines = [f"Runs used: {res['used']}, {res['unconverged_used']} of them cut by max_steps while "
+             f"improving (left out: {res['left_out']}); a = {res['a']:g}; k = {k}.",
              "", "| V | metric | threshold x*² (fit) | profile CI | theory x*² | slope | "
              "mean abs(measured − theory) |", "|---|---|---|---|---|---|---|"]
     for c in res["curves"]:
@@ -75,7 +79,8 @@ def command(args) -> int:
 
     records = load_records(args.inputs)
     try:
-        res = topk.analyse(records, n_boot=args.bootstrap, seed=args.seed, level=args.level)
+        res = topk.analyse(records, n_boot=args.bootstrap, seed=args.seed, level=args.level,
+                           include_unconverged=args.include_unconverged)
     except ValueError as exc:
         raise ConfigError(f"inputs: {exc}") from None
     text = to_markdown(res)

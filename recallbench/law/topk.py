@@ -139,12 +139,15 @@ def fit_threshold(correct, total, x, level: float = 0.95, overdispersion: bool =
 
 # -- runs of a study -----------------------------------------------------------------
 
-def study_rows(records: Iterable[Mapping]) -> tuple[dict[str, np.ndarray], dict]:
+def study_rows(records: Iterable[Mapping], include_unconverged: bool = False
+               ) -> tuple[dict[str, np.ndarray], dict]:
     """Arrays (one entry per usable run) and counts of what was left out.
 
     Usable: an ok record with a config, ``correct``, ``correct_topk`` and ``total`` > 0,
-    not cut by ``max_steps`` while improving (as the scorer's fits).  The last record of
-    a config hash wins.  ValueError when runs disagree on ``top_k`` or none is usable.
+    not cut by ``max_steps`` while improving (as the scorer's fits) unless
+    ``include_unconverged`` (then such runs count, as accuracies at the run's step budget,
+    and ``unconverged_used`` says how many).  The last record of a config hash wins.
+    ValueError when runs disagree on ``top_k`` or none is usable.
     """
     latest: dict[str, Mapping] = {}
     for j, rec in enumerate(records):
@@ -155,7 +158,7 @@ def study_rows(records: Iterable[Mapping]) -> tuple[dict[str, np.ndarray], dict]
             skipped["failed"] += 1
         elif rec.get("correct_topk") is None or not rec.get("total"):
             skipped["no_topk"] += 1
-        elif unconverged(rec):
+        elif unconverged(rec) and not include_unconverged:
             skipped["unconverged"] += 1
         else:
             rows.append(rec)
@@ -174,7 +177,8 @@ def study_rows(records: Iterable[Mapping]) -> tuple[dict[str, np.ndarray], dict]
     arr = {key: np.asarray(v, float) for key, v in out.items()}
     arr["x"] = np.asarray(fit.collapse_x(arr["d_model"], arr["d_state"], arr["num_facts"], PAPER_A,
                                          arr["n_layers"]), float).reshape(-1)
-    return arr, {"top_k": ks[0], "used": len(rows), "left_out": skipped}
+    return arr, {"top_k": ks[0], "used": len(rows), "left_out": skipped,
+                 "unconverged_used": sum(unconverged(r) for r in rows)}
 
 
 def _mask(rows, vocab_size, num_facts=None):
@@ -268,12 +272,13 @@ def verdict(comparison: Mapping, top_k: int, level: float = 0.95) -> str:
     return f"not resolved: the data cannot tell whether top-{top_k}'s log V term is weaker; {said}"
 
 
-def analyse(records: Iterable[Mapping], n_boot: int = 200, seed: int = 0, level: float = 0.95) -> dict:
+def analyse(records: Iterable[Mapping], n_boot: int = 200, seed: int = 0, level: float = 0.95,
+            include_unconverged: bool = False) -> dict:
     """The whole study: threshold fits per (V, metric) and per (V, N_f, metric), their
     theory values, the comparison between the two vocabularies and the verdict."""
     if not 0 <= n_boot <= 100_000:
         raise ValueError(f"n_boot = {n_boot} is not allowed: an integer in [0, 100000]")
-    rows, info = study_rows(records)
+    rows, info = study_rows(records, include_unconverged)
     vocabs = sorted(float(v) for v in np.unique(rows["vocab_size"]))
     if len(vocabs) != 2:
         raise ValueError(f"vocab_size: the runs have {len(vocabs)} values "
