@@ -138,7 +138,10 @@ def selective_scan_cpu(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta
         return selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
     dtype_in = u.dtype
     work = torch.promote_types(dtype_in, torch.float32)
-    compiled = B.dim() == 3 and C.dim() == 3 and selective_scan_compiled.library() is not None
+    # the C++ loop reads host memory through data pointers: CPU tensors only (a GPU fallback
+    # or a meta tensor takes the torch scan)
+    compiled = (u.device.type == "cpu" and B.dim() == 3 and C.dim() == 3
+                and selective_scan_compiled.library() is not None)
     # everything (batch, L, ·) for the compiled loop, (L, batch, ·) for the torch one, and
     # contiguous: mamba-ssm hands u, delta and z over in three different memory layouts, and
     # mixed strides are slow elementwise
