@@ -20,7 +20,7 @@ import yaml
 
 from recallbench import leaderboard as lb
 from recallbench.api.errors import ConfigError
-from recallbench.leaderboard.run import MAX_GPU_WORKERS, wave_size
+from recallbench.leaderboard.run import MAX_GPU_WORKERS
 
 SUITE = {
     "schema": "recallbench.suite/1", "name": "tiny", "title": "tiny",
@@ -40,18 +40,6 @@ def _suite(tmp_path: Path, **changes) -> Path:
 
 def _lines(store: Path) -> list[dict]:
     return [json.loads(x) for x in (store / "results.jsonl").read_text().splitlines()]
-
-
-@pytest.mark.parametrize("left, parallel, budget, elapsed, round_s, want", [
-    (10, 2, None, 0.0, None, 10),   # no budget: everything at once
-    (10, 2, 60.0, 0.0, None, 2),    # nothing timed yet: one round
-    (10, 2, 60.0, 10.0, 10.0, 10),  # 5 rounds fit: all 10 points
-    (10, 2, 60.0, 35.0, 10.0, 4),   # 2 rounds fit
-    (10, 2, 60.0, 55.0, 10.0, 0),   # no round fits: stop
-    (1, 4, 60.0, 0.0, None, 1),
-])
-def test_wave_size(left, parallel, budget, elapsed, round_s, want):
-    assert wave_size(left, parallel, budget, elapsed, round_s) == want
 
 
 def test_time_budget_stops_between_points_and_the_next_call_continues(tmp_path):

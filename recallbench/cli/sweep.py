@@ -3,7 +3,8 @@
     recallbench sweep SWEEP.yaml --store DIR [--shard I/N] [--executor inprocess|processes|ray]
                       [--workers K] [--address ADDR] [--threads-per-worker T] [--ensemble K]
                       [--gpus-per-worker G] [--workers-per-gpu M] [--compile [MODE]]
-                      [--dry-run] [--limit N] [--no-retry-failed] [--max-points N]
+                      [--dry-run [--step-ms MS [--speedup X]]] [--limit N]
+                      [--time-budget SECONDS] [--no-retry-failed] [--max-points N]
     recallbench sweep SWEEP.yaml --store DIR --adaptive [--tol 0.1] [--max-runs 40]
                       [--stop interval|stable|either]
     recallbench sweep --merge SRC [SRC ...] --store DST [--on-conflict refuse|first]
@@ -12,9 +13,15 @@
 them (:mod:`recallbench.runs.adaptive_sweep`); its runs go through the store the same way.
 
 A rerun skips the points the store already holds as ok (failed ones are retried unless
-``--no-retry-failed``).  Exit status: 0 when every point ran ok (or was done before), 1
-when some point failed (it is recorded with its reason), 2 for a user error (nothing run),
-130 after Ctrl-C and 143 after SIGTERM (the workers are stopped; finished points are kept).
+``--no-retry-failed``).  ``--time-budget SECONDS`` starts no round of points that the time
+left would not hold (:mod:`recallbench.runs.budget`), so a long grid runs as repeated calls
+of the same command; the last line says ``all done`` or how many points are left.
+``--dry-run --step-ms MS`` also prints how many such calls the points left need (an
+estimate from their step caps).  Exit status: 0 when every point ran ok (or was done
+before, or --limit left the rest), 1 when some point failed (it is recorded with its
+reason; it takes precedence), 3 when the time budget stopped the sweep with points left,
+2 for a user error (nothing run), 130 after Ctrl-C and 143 after SIGTERM (the workers are
+stopped; finished points are kept).
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ import sys
 from collections import Counter
 
 from recallbench.api.errors import ConfigError
+from recallbench.runs.budget import DEFAULT_CHUNK_S, check_budget, ending
 from recallbench.runs.interrupt import Terminated, sigterm_unwinds
 from recallbench.runs.sweep import MAX_POINTS
 
@@ -41,6 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 "--executor processes --workers 2\n"
                 "  recallbench sweep SWEEP.yaml --store shared/st --shard 3/8   "
                 "# one job of an array of 8\n"
+                "  recallbench sweep sweeps/layers_mqar.yaml --store stores/layers --ensemble 8 "
+                "--time-budget 540   # ten-minute calls; exit 3: run it again\n"
+                "  recallbench sweep sweeps/layers_mqar.yaml --store stores/layers --dry-run "
+                "--step-ms 9 --speedup 3.27   # how many calls\n"
                 "  recallbench sweep sweeps/cpu/dn_mqar.yaml --store stores/dn_adaptive --adaptive\n"
                 "  recallbench sweep --merge other_store more.jsonl --store stores/dn_mqar")
     p.add_argument("sweep", nargs="?", help="sweep YAML: base (a run config), axes, zip, skip, where")
@@ -72,6 +84,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, metavar="N", help="run at most N of the pending points")
     p.add_argument("--dry-run", action="store_true",
                    help="list the points and skip counts (and their state in --store); run nothing")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="start no round of points (one per worker) that would end after this "
+                        "many seconds (the first round always runs); exit 3 with points left: "
+                        "the same command continues from the store")
+    p.add_argument("--step-ms", type=float, metavar="MS",
+                   help="--dry-run: estimate the calls of --time-budget seconds (default "
+                        f"{DEFAULT_CHUNK_S:g}) the points left need, at MS milliseconds per "
+                        "training step of one layer (measured on the target machine)")
+    p.add_argument("--speedup", type=float, default=1.0, metavar="X",
+                   help="--step-ms: the points run X times faster than one after another "
+                        "(a batched ensemble's or shared GPU's measured ratio; default 1)")
     p.add_argument("--no-retry-failed", dest="retry_failed", action="store_false",
                    help="do not rerun points recorded as failed")
     p.add_argument("--refuse-stale", action="store_true",
@@ -188,6 +211,7 @@ def _check_arguments(args) -> None:
     for flag, value in (("--address", args.address), ("--gpus-per-worker", args.gpus_per_worker)):
         if value is not None and args.executor != "ray":
             raise ConfigError(f"{flag} is for --executor ray")
+    _check_budget_flags(args)
     if args.workers_per_gpu is not None and args.executor != "processes":
         raise ConfigError("--workers-per-gpu is for --executor processes")
     if args.compile is not None:
@@ -205,6 +229,23 @@ def _check_arguments(args) -> None:
             raise ConfigError(f"--tol {args.tol} is not allowed: must be in (0, 1)")
         if args.max_runs < 2:
             raise ConfigError(f"--max-runs {args.max_runs} is not allowed: must be >= 2")
+
+
+def _check_budget_flags(args) -> None:
+    """--time-budget, --step-ms and --speedup: ranges, and the modes they belong to."""
+    check_budget(args.time_budget)
+    if args.time_budget is not None and args.adaptive:
+        raise ConfigError("--time-budget is not for --adaptive (it chooses its own runs)")
+    if args.step_ms is not None:
+        if not args.dry_run:
+            raise ConfigError("--step-ms is for --dry-run (it estimates, runs nothing)")
+        if not 0 < args.step_ms <= 1e6:
+            raise ConfigError(f"--step-ms {args.step_ms:g}: must be in (0, 1e6] milliseconds")
+    if args.speedup != 1.0:
+        if args.step_ms is None:
+            raise ConfigError("--speedup is for --dry-run --step-ms MS")
+        if not 0 < args.speedup <= 1e4:
+            raise ConfigError(f"--speedup {args.speedup:g}: must be in (0, 1e4]")
 
 
 def _run(args, points, executor, shard, header: str) -> int:
@@ -230,7 +271,11 @@ def _run(args, points, executor, shard, header: str) -> int:
         return Terminated.exit_status if term else 130
     finally:
         st.close()
-    return 1 if counts["failed"] else 0
+    if args.adaptive:
+        return 1 if counts["failed"] else 0
+    line, status = ending(counts, args.store, args.time_budget)
+    print(line, flush=True)
+    return status
 
 
 #: stale configs named one per line; the rest are counted in one more line
@@ -271,7 +316,8 @@ def _drive(args, points, st, executor, echo, header: str) -> dict:
     from recallbench.runs.grid_sweep import run_sweep
 
     return run_sweep(points, st, executor, retry_failed=args.retry_failed, limit=args.limit,
-                     ensemble=args.ensemble, echo=echo, header=header)
+                     ensemble=args.ensemble, echo=echo, header=header,
+                     time_budget=args.time_budget)
 
 
 def _gpu(args, points):
@@ -304,6 +350,15 @@ def _dry_run(args, points, header: str) -> int:
         status = state.get(p.hash, "pending") if args.store else ""
         print(f"  {p.hash[:12]}  {status:<8} {p.label()}" if args.store
               else f"  {p.hash[:12]}  {p.label()}")
+    left = [p for p in points if state.get(p.hash) != "ok"
+            and (args.retry_failed or state.get(p.hash) != "failed")]
+    print(f"{len(left)} points left to run")
+    if args.step_ms is not None:
+        from recallbench.runs.budget import estimate
+
+        est = estimate([p.cfg for p in left], args.step_ms, args.speedup,
+                       args.time_budget or DEFAULT_CHUNK_S)
+        print(est.line(args.step_ms, args.speedup))
     return 0
 
 
@@ -323,6 +378,8 @@ def _dry_run_counts(args, sweep, size: int) -> int:
         print(f"  {p.hash[:12]}  {p.label()}")
         shown += 1
     print(f"  ... the first {shown} points; {size - shown:,} more cells")
+    if args.step_ms is not None:
+        print("no estimate: the points of a grid this large are not resolved here")
     return 0
 
 

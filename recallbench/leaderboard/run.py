@@ -102,19 +102,6 @@ def _outcome(record: Mapping) -> str:
     return msg
 
 
-def wave_size(left: int, parallel: int, budget: float | None, elapsed: float,
-              round_s: float | None) -> int:
-    """How many points to start now: all without a time budget; one round (``parallel``
-    points) when no round has been timed yet; else as many whole rounds as the time left
-    holds at ``round_s`` seconds each (0: stop)."""
-    if budget is None:
-        return left
-    if round_s is None:
-        return min(left, parallel)
-    rounds = int((budget - elapsed) // round_s) if round_s > 0 else left
-    return max(0, min(left, rounds * parallel))
-
-
 def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Mapping | None = None,
               limit: int | None = None, log: Callable[[str], None] = print,
               runner: Callable | None = None, executor=None, time_budget: float | None = None,
@@ -126,9 +113,11 @@ def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Map
     time).  ``executor``: :func:`suite_executor`'s (default in-process, with ``runner``).
     ``time_budget`` (seconds): points start in waves of whole rounds, and no wave starts
     that the time left would not hold at the slowest round seen so far; the first round
-    always runs.  Counts: points, skipped (already in the store), ran, failed, left.
+    always runs (:func:`recallbench.runs.budget.waves`).  Counts: points, skipped (already
+    in the store), ran, failed, left.
     """
     from recallbench.api.registry import ADAPTERS
+    from recallbench.runs.budget import waves
     from recallbench.runs.driver import Tally, drive
 
     ADAPTERS.require(adapter, where=f"suite {suite.name}")
@@ -154,17 +143,10 @@ def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Map
         log(f"[{tally.ran}/{total}] {suite.label(job.tag)}: {_outcome(record)} "
             f"in {tally.lap:.1f}s")
 
-    round_s = None
     with Store(store) as out:
-        while todo:
-            k = wave_size(len(todo), executor.parallel, time_budget, clock() - start, round_s)
-            if k == 0:
-                break
-            wave, todo = todo[:k], todo[k:]
-            t0 = clock()
-            drive([[job] for job in wave], executor, out, show, tally)
-            rounds = -(-k // executor.parallel)
-            round_s = max(round_s or 0.0, (clock() - t0) / rounds)
+        for wave in waves([[job] for job in todo], executor.parallel, time_budget,
+                          clock=clock, start=start):
+            drive(wave, executor, out, show, tally)
     counts.update(ran=tally.ok, failed=tally.failed, left=counts["left"] - tally.ran)
     return counts
 

@@ -1,8 +1,11 @@
 """``recallbench sweep SWEEP.yaml --store DIR``: run every point of a (shard of a) sweep that
 the store does not hold yet, through :func:`recallbench.runs.driver.drive`.
 
-Output: one header line (points done before, failed before, to run, the executor), one
-line per finished point (``[done/total] ok acc … | failed … | ETA …``) and a summary.
+Output: one header line (points done before, failed before, to run, the executor, the
+time budget), one line per finished point (``[done/total] ok acc … | failed … | ETA …``)
+and a summary.  With a time budget the items start in waves of whole rounds and the sweep
+stops before a wave that would overrun (:mod:`recallbench.runs.budget`); the store keeps
+every finished point, so the same command resumes.
 """
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import sys
 from typing import Callable
 
 from recallbench.api.errors import UnavailableError
+from recallbench.runs.budget import waves
 from recallbench.runs.driver import Tally, drive
 
 
@@ -93,10 +97,14 @@ def _progress(total: int, done_before: int, to_run: int, echo: Callable[[str], N
 
 def run_sweep(points: list, store, executor, *, retry_failed: bool = True, limit: int | None = None,
               ensemble: int | None = None, echo: Callable[[str], None] = print,
-              header: str | None = None) -> dict[str, int]:
+              header: str | None = None, time_budget: float | None = None,
+              clock: Callable[[], float] | None = None) -> dict[str, int]:
     """Run the points of a (shard of a) sweep that the store does not have yet.
 
-    Returns counts: total, done_before, failed_before, to_run, ran, ok, failed.
+    ``time_budget`` (seconds): the work items start in waves of whole rounds, none that
+    the time left would not hold (:func:`recallbench.runs.budget.waves`).  Returns counts:
+    total, done_before, failed_before, to_run, ran, ok, failed, left (points still to run
+    ok: not started, failed now, or past --limit) and unstarted (those the budget left).
     """
     plan = _plan(points, store, retry_failed)
     pending = plan["pending"] if limit is None else plan["pending"][:limit]
@@ -104,19 +112,22 @@ def run_sweep(points: list, store, executor, *, retry_failed: bool = True, limit
     items = batch_points(pending, ensemble, shape_key)
     total = len(points)
     echo((f"{total} points; " if header is None else header)
-         + _header(plan, store, executor, limit, ensemble, len(items), len(pending)))
+         + _header(plan, store, executor, limit, ensemble, len(items), len(pending))
+         + (f", time budget {time_budget:g} s" if time_budget is not None else ""))
     counts = {"total": total, "done_before": plan["done_before"],
               "failed_before": plan["failed_before"], "to_run": len(pending),
-              "ran": 0, "ok": 0, "failed": 0}
+              "ran": 0, "ok": 0, "failed": 0, "left": len(plan["pending"]), "unstarted": 0}
     if not pending:
         return counts
     show = _progress(total, plan["done_before"] + plan["kept_failed"], len(pending), echo)
     tally = Tally()
     try:
-        drive(items, executor, store, show, tally)
+        for wave in waves(items, executor.parallel, time_budget, clock=clock):
+            drive(wave, executor, store, show, tally)
     finally:
         executor.close()
-    counts.update(ran=tally.ran, ok=tally.ok, failed=tally.failed)
+    counts.update(ran=tally.ran, ok=tally.ok, failed=tally.failed,
+                  left=len(plan["pending"]) - tally.ok, unstarted=len(pending) - tally.ran)
     echo(f"finished {tally.ran} points in {_clock(tally.elapsed)}: "
          f"{tally.ok} ok, {tally.failed} failed"
          + (" (failed points are retried on the next run)" if tally.failed else ""))

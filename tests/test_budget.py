@@ -1,0 +1,185 @@
+"""The time budget shared by `sweep` and `leaderboard run` (recallbench.runs.budget): waves
+of whole rounds, the stop before a round that would overrun, resuming through the store,
+the last line and exit status, and the estimate of how many budget-sized calls a grid needs.
+
+A fake clock advances a fixed time per point, so no test waits; the `designed` adapter
+trains nothing.  The slow test runs the real command twice in fresh interpreters."""
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+import yaml
+
+from recallbench.api.config import resolve
+from recallbench.api.errors import ConfigError
+from recallbench.runs import budget
+from recallbench.runs.budget import EXIT_BUDGET, ending, estimate, wave_size, waves
+
+TASK = {"name": "mqar", "vocab_size": 32, "seq_len": 16, "num_facts": 4}
+TRAIN = {"max_steps": 0, "val_size": 16, "test_size": 16, "batch_size": 8, "progress": False}
+
+
+def _sweep(tmp_path, adapter="designed", seeds=(0, 1, 2), **train) -> str:
+    data = {"base": {"task": TASK, "model": {"adapter": adapter, "d_model": 8, "d_state": 4},
+                     "train": {**TRAIN, **train}},
+            "axes": {"model.d_state": [2, 4], "train.seed": list(seeds)}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+@pytest.mark.parametrize("left, parallel, budget_s, elapsed, round_s, want", [
+    (10, 2, None, 0.0, None, 10),   # no budget: everything at once
+    (10, 2, 60.0, 0.0, None, 2),    # nothing timed yet: one round
+    (10, 2, 60.0, 10.0, 10.0, 10),  # 5 rounds fit: all 10 points
+    (10, 2, 60.0, 35.0, 10.0, 4),   # 2 rounds fit
+    (10, 2, 60.0, 55.0, 10.0, 0),   # no round fits: stop
+    (1, 4, 60.0, 0.0, None, 1),
+])
+def test_wave_size(left, parallel, budget_s, elapsed, round_s, want):
+    assert wave_size(left, parallel, budget_s, elapsed, round_s) == want
+
+
+def test_waves_stop_before_a_round_that_would_overrun():
+    """Rounds of 3 items (parallel 3), 10 s each: a 45 s budget runs the first round, then
+    the 3 rounds the 35 s left hold, and stops with 2 items never started."""
+    now = [0.0]
+    ran = []
+    for wave in waves(list(range(14)), 3, 45.0, clock=lambda: now[0]):
+        ran.append(list(wave))
+        now[0] += 10.0 * -(-len(wave) // 3)
+    assert ran == [[0, 1, 2], list(range(3, 12))]
+    assert now[0] == 40.0
+    assert [list(w) for w in waves(list(range(5)), 2, None)] == [list(range(5))]
+
+
+def test_waves_use_the_slowest_round_seen():
+    """A round that slows down (5 s, then 20 s) shrinks the next wave to what 20 s rounds fit."""
+    now, lengths = [0.0], []
+    for i, wave in enumerate(waves(list(range(20)), 1, 60.0, clock=lambda: now[0])):
+        lengths.append(len(wave))
+        now[0] += (5.0 if i == 0 else 20.0) * len(wave)
+    assert lengths[:2] == [1, 11] and sum(lengths) == 12
+
+
+@pytest.mark.parametrize("counts, budget_s, want_line, want_status", [
+    ({"left": 0, "failed": 0, "unstarted": 0}, 60.0, "all done: every point is in st", 0),
+    ({"left": 4, "failed": 0, "unstarted": 4}, 60.0,
+     "4 points left (stopped by the time budget of 60 s): the same command continues from st",
+     EXIT_BUDGET),
+    ({"left": 5, "failed": 1, "unstarted": 4}, 60.0,
+     "5 points left (stopped by the time budget of 60 s, 1 failed, to be retried)", 1),
+    ({"left": 3, "failed": 0, "unstarted": 3}, None, "3 points left (not started)", 0),
+])
+def test_ending(counts, budget_s, want_line, want_status):
+    line, status = ending(counts, "st", budget_s)
+    assert line.startswith(want_line) and status == want_status
+
+
+def test_estimate_counts_layers_and_learning_rates():
+    one = resolve({"task": TASK, "model": {"adapter": "linear-mamba", "d_model": 8, "d_state": 4},
+                   "train": {**TRAIN, "max_steps": 1000}})
+    deep = resolve({"task": TASK, "model": {"adapter": "linear-mamba", "d_model": 8, "d_state": 4,
+                                            "n_layers": 3},
+                    "train": {**TRAIN, "max_steps": 500, "lr": [0.001, 0.01]}})
+    est = estimate([one, deep, deep], step_ms=9.0, speedup=1.0, chunk_s=30.0)
+    # 1000·1·1 + 2·(500·3·2) layer-steps = 7000; 7000 · 9 ms = 63 s: three calls of 30 s
+    assert (est.points, est.steps, est.seconds, est.chunks) == (3, 7000, 63.0, 3)
+    assert estimate([one], step_ms=9.0, speedup=3.0, chunk_s=30.0).chunks == 1
+    assert "3 call(s) of --time-budget 30 s" in est.line(9.0, 1.0)
+
+
+def _fake_clock(monkeypatch, seconds_per_point: float):
+    """Every point run in this process advances the budget's clock by ``seconds_per_point``."""
+    from recallbench.harness import train
+
+    now, real_run = [0.0], train.run
+
+    def run(cfg, progress=False):
+        now[0] += seconds_per_point
+        return real_run(cfg, progress=False)
+
+    monkeypatch.setattr(train, "run", run)
+    monkeypatch.setattr(budget, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+
+
+def test_sweep_stops_by_the_budget_and_the_same_command_resumes(cli, tmp_path, monkeypatch):
+    """6 points of 10 s each, a 25 s budget: 2 run per call (the first round, then the one
+    round the 15 s left hold), exit 3 until the last call, which says all done; no point
+    runs twice."""
+    _fake_clock(monkeypatch, 10.0)
+    path = _sweep(tmp_path)
+    for want_left in (4, 2):
+        rc, out, err = cli("sweep", path, "--store", "st", "--time-budget", "25")
+        assert rc == EXIT_BUDGET, err
+        assert "time budget 25 s" in out.splitlines()[0]
+        assert out.splitlines()[-1] == (f"{want_left} points left (stopped by the time budget "
+                                        f"of 25 s): the same command continues from st")
+    rc, out, err = cli("sweep", path, "--store", "st", "--time-budget", "25")
+    assert rc == 0 and out.splitlines()[-1] == "all done: every point is in st"
+    hashes = [json.loads(x)["config_hash"]
+              for x in (tmp_path / "st" / "results.jsonl").read_text().splitlines()]
+    assert len(hashes) == 6 == len(set(hashes))
+
+
+def test_budget_with_ensembles_counts_batches_as_rounds(cli, tmp_path, monkeypatch):
+    """--ensemble 3: two batches of three seeds; a batch is one round of its own."""
+    pytest.importorskip("recallbench.harness.ensemble")
+    path = _sweep(tmp_path, adapter="linear-mamba", max_steps=1)
+    rc, out, err = cli("sweep", path, "--store", "st", "--ensemble", "3", "--time-budget", "600")
+    assert rc == 0, err
+    assert "ensembles of <= 3: 2 batches" in out and out.splitlines()[-1].startswith("all done")
+
+
+def test_dry_run_prints_points_left_and_the_estimate(cli, tmp_path):
+    path = _sweep(tmp_path, max_steps=1000)
+    rc, out, err = cli("sweep", path, "--dry-run", "--step-ms", "9", "--speedup", "3",
+                       "--time-budget", "10")
+    # 6 points x 1000 steps x 9 ms / 3 = 18 s: two calls of 10 s
+    assert rc == 0, err
+    assert "6 points left to run" in out
+    assert "6,000 layer-steps x 9 ms / 3 speed-up = 0.3 min: 2 call(s) of --time-budget 10 s" in out
+    rc, out, err = cli("sweep", path, "--dry-run")
+    assert rc == 0 and "estimate" not in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--time-budget", "0.5"], "--time-budget 0.5: must be in [1, 1e7] seconds"),
+    (["--time-budget", "1e8"], "--time-budget 1e+08: must be in [1, 1e7] seconds"),
+    (["--step-ms", "9"], "--step-ms is for --dry-run"),
+    (["--dry-run", "--step-ms", "0"], "--step-ms 0: must be in (0, 1e6] milliseconds"),
+    (["--dry-run", "--speedup", "2"], "--speedup is for --dry-run --step-ms MS"),
+    (["--dry-run", "--step-ms", "9", "--speedup", "-1"], "--speedup -1: must be in (0, 1e4]"),
+    (["--adaptive", "--time-budget", "60"], "--time-budget is not for --adaptive"),
+])
+def test_bad_budget_flags_are_one_line(cli, tmp_path, args, message):
+    rc, out, err = cli("sweep", _sweep(tmp_path), "--store", "st", *args)
+    assert rc == 2 and err.count("\n") == 1 and message in err
+    assert not (tmp_path / "st").exists()
+
+
+def test_check_budget_names_the_flag():
+    with pytest.raises(ConfigError, match=r"--time-budget 0: must be in \[1, 1e7\] seconds"):
+        budget.check_budget(0.0)
+    budget.check_budget(None)
+
+
+@pytest.mark.slow
+def test_budget_stops_a_real_sweep_and_resumes(cli_subprocess, tmp_path):
+    """Fresh interpreters, real clock: linear-mamba points of about a second each and a
+    one-second budget run one point per call (the first round always runs), exit 3, and
+    the calls together run every point once."""
+    path = _sweep(tmp_path, adapter="linear-mamba", seeds=(0,), max_steps=150,
+                  val_every=150, threads=1)
+    statuses = []
+    for _ in range(3):
+        rc, out, err = cli_subprocess("sweep", path, "--store", "st", "--time-budget", "1")
+        statuses.append(rc)
+        if rc == 0:
+            break
+    assert statuses[0] == EXIT_BUDGET and statuses[-1] == 0, (statuses, err)
+    assert "all done" in out.splitlines()[-1]
+    lines = (tmp_path / "st" / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 2 == len({json.loads(x)["config_hash"] for x in lines})
