@@ -49,10 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 "--executor processes --workers 2\n"
                 "  recallbench sweep SWEEP.yaml --store shared/st --shard 3/8   "
                 "# one job of an array of 8\n"
-                "  recallbench sweep sweeps/layers_mqar.yaml --store stores/layers --ensemble 8 "
+                "  recallbench sweep sweeps/layers_mqar.yaml --store stores/layers "
                 "--time-budget 540   # ten-minute calls; exit 3: run it again\n"
                 "  recallbench sweep sweeps/layers_mqar.yaml --store stores/layers --dry-run "
-                "--step-ms 9 --speedup 3.27   # how many calls\n"
+                "--step-ms 9   # how many such calls\n"
                 "  recallbench sweep sweeps/cpu/dn_mqar.yaml --store stores/dn_adaptive --adaptive\n"
                 "  recallbench sweep --merge other_store more.jsonl --store stores/dn_mqar")
     p.add_argument("sweep", nargs="?", help="sweep YAML: base (a run config), axes, zip, skip, where")
