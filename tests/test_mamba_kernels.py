@@ -218,3 +218,35 @@ def test_mamba2_mixer_gradients_equal_transformers_mamba2_mixer():
                        time_step_limit=(0.0, float("inf")))
     _compare_mixers(ours, hf_mamba2.Mamba2Mixer(cfg, layer_idx=0),
                     torch.randn(2, 21, 16, generator=torch.Generator().manual_seed(4)))
+
+
+@pytest.mark.parametrize("chunks, initial", [(1, False), (3, True)])
+def test_ssd_scan_equals_ssd_minimal_discrete(chunks, initial):
+    """The batched-matmul SSD against mamba-ssm's own Listing 1: output, final state and the
+    gradient of every input, in float64 (both are exact algebra; only summation order differs)."""
+    from mamba_ssm.modules.ssd_minimal import ssd_minimal_discrete
+
+    from recallbench.adapters.cpu.mamba_ssm_kernels import ssd_scan
+
+    g = torch.Generator().manual_seed(3)
+    b, block, h, p, n = 2, 8, 3, 4, 5
+    length = chunks * block
+
+    def inputs():
+        torch.manual_seed(0)
+        return [(torch.randn(*shape, generator=g, dtype=torch.float64) * scale).requires_grad_()
+                for shape, scale in (((b, length, h, p), 1), ((b, length, h, n), 1),
+                                     ((b, length, h, n), 1), ((b, 1, h, p, n), 1))]
+
+    X, B, C, init = inputs()
+    A = (-torch.rand(b, length, h, generator=g, dtype=torch.float64) * 3).requires_grad_()
+    results = []
+    for fn in (ssd_scan, ssd_minimal_discrete):
+        y, final = fn(X, A, B, C, block, init if initial else None)
+        w1 = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        w2 = torch.randn(final.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+        grads = torch.autograd.grad((y * w1).sum() + (final * w2).sum(),
+                                    [X, A, B, C] + ([init] if initial else []))
+        results.append([y, final, *grads])
+    for ours, ref in zip(*results):
+        assert torch.allclose(ours, ref, rtol=1e-10, atol=1e-12)

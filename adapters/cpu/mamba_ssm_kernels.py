@@ -12,8 +12,9 @@ selective scan has its own module, :mod:`recallbench.adapters.cpu.selective_scan
   projections' outputs are the scan's inputs as they are, and the scan's output is
   out_proj's input, with no transposing copies (``Mamba``'s unfused branch makes six).
 
-* :func:`chunk_scan_cpu`: ``mamba_chunk_scan_combined`` (Triton) as ``ssd_minimal_discrete``
-  (Listing 1 of the Mamba-2 paper) with the dt / D / z handling of the kernel.
+* :func:`chunk_scan_cpu`: ``mamba_chunk_scan_combined`` (Triton) as :func:`ssd_scan`, which is
+  ``ssd_minimal_discrete`` (Listing 1 of the Mamba-2 paper) in batched matmuls, with the
+  dt / D / z handling of the kernel.
 * :func:`split_conv1d_scan_cpu`: ``mamba_split_conv1d_scan_combined`` step by step:
   :func:`causal_conv_blc` + SiLU, :func:`chunk_scan_cpu`, the gated ``rms_norm_ref``, out_proj.
 * :func:`layer_norm_fn_cpu` / :func:`rms_norm_fn_cpu`: the Triton layer norms as
@@ -22,7 +23,7 @@ selective scan has its own module, :mod:`recallbench.adapters.cpu.selective_scan
 ``ssd_chunk_scan_combined_ref`` is deliberately NOT used: its gradients in dt, A, B, C are
 non-finite (measured: L = 64, A ∈ [−16, 0]), and it fails an assertion when L is not a
 multiple of chunk_size (it pads dt but not x).  :func:`chunk_scan_cpu` runs
-``ssd_minimal_discrete`` with chunks of ``min(chunk_size, L)`` (the chunking changes the
+:func:`ssd_scan` with chunks of ``min(chunk_size, L)`` (the chunking changes the
 floating-point order only, not the result), so a short sequence is not padded to 256.
 """
 from __future__ import annotations
@@ -83,18 +84,48 @@ def mamba_inner_cpu(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_we
     return F.linear(y.transpose(1, 2), out_proj_weight, out_proj_bias)
 
 
+def ssd_scan(X, A, B, C, block_len, initial_states=None):
+    """``ssd_minimal_discrete`` (Listing 1 of the Mamba-2 paper; same arguments and result)
+    with each of its multi-operand einsums written as batched matmuls over (b, c, h).
+
+    X (b, l, h, p), A (b, l, h), B and C (b, l, h, n), l a multiple of ``block_len``;
+    initial_states (b, 1, h, p, n) or None.  Returns Y (b, l, h, p), final state (b, h, p, n).
+    Without opt_einsum, torch contracts ``"bclhn,bcshn,bhcls,bcshp->bclhp"`` left to right
+    through a (b, c, l, h, s, n) product; here it is (C Bᵀ ⊙ L) X.
+    """
+    from mamba_ssm.modules.ssd_minimal import segsum
+
+    b, length, h, p = X.shape
+    c = length // block_len
+    # (b, c, h, l, ·): batched over b, chunk and head
+    Xc, Bc, Cc = (t.reshape(b, c, block_len, h, t.shape[-1]).transpose(2, 3) for t in (X, B, C))
+    Ac = A.reshape(b, c, block_len, h).permute(0, 3, 1, 2)  # (b, h, c, l)
+    A_cumsum = torch.cumsum(Ac, dim=-1)
+    L = torch.exp(segsum(Ac)).transpose(1, 2)  # (b, c, h, l, s)
+    y_diag = ((Cc @ Bc.transpose(-1, -2)) * L) @ Xc  # (b, c, h, l, p)
+    decay_states = torch.exp(A_cumsum[..., -1:] - A_cumsum).transpose(1, 2)  # (b, c, h, l)
+    states = Xc.transpose(-1, -2) @ (Bc * decay_states[..., None])  # (b, c, h, p, n)
+    if initial_states is None:
+        initial_states = torch.zeros_like(states[:, :1])
+    states = torch.cat([initial_states, states], dim=1)
+    decay_chunk = torch.exp(segsum(F.pad(A_cumsum[..., -1], (1, 0))))  # (b, h, c+1, c+1)
+    new_states = torch.einsum("bhzc,bchpn->bzhpn", decay_chunk, states)
+    states, final_state = new_states[:, :-1], new_states[:, -1]
+    decay_out = torch.exp(A_cumsum).transpose(1, 2)[..., None]  # (b, c, h, l, 1)
+    y_off = (Cc @ states.transpose(-1, -2)) * decay_out  # (b, c, h, l, p)
+    return (y_diag + y_off).transpose(2, 3).reshape(b, length, h, p), final_state
+
+
 def chunk_scan_cpu(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                    initial_states=None, seq_idx=None, cu_seqlens=None, dt_softplus=False,
                    dt_limit=(0.0, float("inf")), return_final_states=False,
                    return_varlen_states=False):
-    """``mamba_chunk_scan_combined`` (same signature) on ``ssd_minimal_discrete``.
+    """``mamba_chunk_scan_combined`` (same signature) on :func:`ssd_scan`.
 
     x (b, l, h, p), dt (b, l, h), A (h,), B and C (b, l, g, n) with g | h (head i reads
     group i // (h/g)), D (h,) or (h, p), z (b, l, h, p), dt_bias (h,), initial_states
     (b, h, p, n).  Returns y (b, l, h, p) [, final state (b, h, p, n)].
     """
-    from mamba_ssm.modules.ssd_minimal import ssd_minimal_discrete
-
     if seq_idx is not None or cu_seqlens is not None or return_varlen_states:
         raise NotImplementedError("packed sequences (seq_idx / cu_seqlens) need mamba-ssm's CUDA kernels")
     batch, seqlen, nheads, headdim = x.shape
@@ -117,7 +148,7 @@ def chunk_scan_cpu(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
         X, Bp, Cp = (F.pad(t, (0, 0, 0, 0, 0, pad)) for t in (X, Bp, Cp))
         dA = F.pad(dA, (0, 0, 0, pad))
     init = None if initial_states is None else initial_states.float()[:, None]
-    y, final = ssd_minimal_discrete(X, dA, Bp, Cp, block, initial_states=init)
+    y, final = ssd_scan(X, dA, Bp, Cp, block, initial_states=init)
     y = y[:, :seqlen]
     if D is not None:
         y = y + xf * (D.float() if D.dim() == 2 else D.float()[:, None])
