@@ -221,12 +221,12 @@ def test_mamba2_mixer_gradients_equal_transformers_mamba2_mixer():
 
 
 @pytest.mark.parametrize("chunks, initial", [(1, False), (3, True)])
-def test_ssd_scan_equals_ssd_minimal_discrete(chunks, initial):
+def test_ssd_batched_equals_ssd_minimal_discrete(chunks, initial):
     """The batched-matmul SSD against mamba-ssm's own Listing 1: output, final state and the
     gradient of every input, in float64 (both are exact algebra; only summation order differs)."""
     from mamba_ssm.modules.ssd_minimal import ssd_minimal_discrete
 
-    from recallbench.adapters.cpu.mamba_ssm_kernels import ssd_scan
+    from recallbench.adapters.cpu.mamba_ssm_kernels import ssd_batched
 
     g = torch.Generator().manual_seed(3)
     b, block, h, p, n = 2, 8, 3, 4, 5
@@ -241,7 +241,7 @@ def test_ssd_scan_equals_ssd_minimal_discrete(chunks, initial):
     X, B, C, init = inputs()
     A = (-torch.rand(b, length, h, generator=g, dtype=torch.float64) * 3).requires_grad_()
     results = []
-    for fn in (ssd_scan, ssd_minimal_discrete):
+    for fn in (ssd_batched, ssd_minimal_discrete):
         y, final = fn(X, A, B, C, block, init if initial else None)
         w1 = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
         w2 = torch.randn(final.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)

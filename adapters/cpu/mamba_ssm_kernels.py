@@ -12,7 +12,7 @@ selective scan has its own module, :mod:`recallbench.adapters.cpu.selective_scan
   projections' outputs are the scan's inputs as they are, and the scan's output is
   out_proj's input, with no transposing copies (``Mamba``'s unfused branch makes six).
 
-* :func:`chunk_scan_cpu`: ``mamba_chunk_scan_combined`` (Triton) as :func:`ssd_scan`, which is
+* :func:`chunk_scan_cpu`: ``mamba_chunk_scan_combined`` (Triton) as :func:`ssd_batched`, which is
   ``ssd_minimal_discrete`` (Listing 1 of the Mamba-2 paper) in batched matmuls, with the
   dt / D / z handling of the kernel.
 * :func:`split_conv1d_scan_cpu`: ``mamba_split_conv1d_scan_combined`` step by step:
@@ -23,7 +23,7 @@ selective scan has its own module, :mod:`recallbench.adapters.cpu.selective_scan
 ``ssd_chunk_scan_combined_ref`` is deliberately NOT used: its gradients in dt, A, B, C are
 non-finite (measured: L = 64, A ∈ [−16, 0]), and it fails an assertion when L is not a
 multiple of chunk_size (it pads dt but not x).  :func:`chunk_scan_cpu` runs
-:func:`ssd_scan` with chunks of ``min(chunk_size, L)`` (the chunking changes the
+:func:`ssd_batched` with chunks of ``min(chunk_size, L)`` (the chunking changes the
 floating-point order only, not the result), so a short sequence is not padded to 256.
 """
 from __future__ import annotations
@@ -84,7 +84,7 @@ def mamba_inner_cpu(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_we
     return F.linear(y.transpose(1, 2), out_proj_weight, out_proj_bias)
 
 
-def ssd_scan(X, A, B, C, block_len, initial_states=None):
+def ssd_batched(X, A, B, C, block_len, initial_states=None):
     """``ssd_minimal_discrete`` (Listing 1 of the Mamba-2 paper; same arguments and result)
     with each of its multi-operand einsums written as batched matmuls over (b, c, h).
 
@@ -120,7 +120,7 @@ def chunk_scan_cpu(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                    initial_states=None, seq_idx=None, cu_seqlens=None, dt_softplus=False,
                    dt_limit=(0.0, float("inf")), return_final_states=False,
                    return_varlen_states=False):
-    """``mamba_chunk_scan_combined`` (same signature) on :func:`ssd_scan`.
+    """``mamba_chunk_scan_combined`` (same signature) on :func:`ssd_batched`.
 
     x (b, l, h, p), dt (b, l, h), A (h,), B and C (b, l, g, n) with g | h (head i reads
     group i // (h/g)), D (h,) or (h, p), z (b, l, h, p), dt_bias (h,), initial_states
@@ -148,7 +148,7 @@ def chunk_scan_cpu(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
         X, Bp, Cp = (F.pad(t, (0, 0, 0, 0, 0, pad)) for t in (X, Bp, Cp))
         dA = F.pad(dA, (0, 0, 0, pad))
     init = None if initial_states is None else initial_states.float()[:, None]
-    y, final = ssd_scan(X, dA, Bp, Cp, block, initial_states=init)
+    y, final = ssd_batched(X, dA, Bp, Cp, block, initial_states=init)
     y = y[:, :seqlen]
     if D is not None:
         y = y + xf * (D.float() if D.dim() == 2 else D.float()[:, None])

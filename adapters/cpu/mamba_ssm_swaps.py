@@ -38,9 +38,9 @@ SWAPS = SwapSet("mamba-ssm CPU references", (
     Swap(SIMPLE + ":selective_state_update", None, NO_KERNEL),
     # Mamba2, use_mem_eff_path=True (the default): the fused conv+scan+norm+out_proj kernel
     Swap(MAMBA2 + ":mamba_split_conv1d_scan_combined", K.split_conv1d_scan_cpu,
-         "shifted-add conv + SiLU, ssd_minimal_discrete, rms_norm_ref, out_proj"),
+         "shifted-add conv + SiLU, ssd_minimal_discrete as batched matmuls, rms_norm_ref, out_proj"),
     # Mamba2, use_mem_eff_path=False: the Triton chunked scan
-    Swap(MAMBA2 + ":mamba_chunk_scan_combined", K.chunk_scan_cpu, "ssd_minimal_discrete"),
+    Swap(MAMBA2 + ":mamba_chunk_scan_combined", K.chunk_scan_cpu, "ssd_minimal_discrete as batched matmuls"),
     # Mamba2: no causal-conv1d kernel -> nn.Conv1d
     Swap(MAMBA2 + ":causal_conv1d_fn", None, NO_KERNEL),
     Swap(MAMBA2 + ":causal_conv1d_update", None, NO_KERNEL),
