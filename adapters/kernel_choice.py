@@ -8,13 +8,14 @@ and :func:`~recallbench.api.kernels.importable`.  Any device but the CPU counts 
 What the facts decide (mamba-ssm 2.3.2.post1, fla 0.6.0):
 
 * mamba-ssm installed without its CUDA build has no compiled ``selective_scan_cuda``, and
-  Mamba-1's scan would raise in the middle of training: the adapter runs
-  ``selective_scan_ref`` on the GPU instead.  Mamba-2's scan is Triton and needs no
+  Mamba-1's scan would raise in the middle of training: the adapter runs recallbench's torch
+  selective scan (:mod:`recallbench.adapters.cpu.selective_scan_fused`) on the GPU instead.  Mamba-2's scan is Triton and needs no
   extension; without causal-conv1d both layers run their short conv in torch.
 * fla refuses its gated chunk backward (``chunk_bwd_dqkwg`` with a gate: simple GLA,
   GatedDeltaNet) on Hopper (compute capability 9.x) with 3.4.0 <= Triton < 3.7.1, unless
   tilelang is installed (fla issue #640); it raises in the first backward.  The adapter
-  routes that kernel to fla's pure-torch reference on the GPU instead.
+  routes that kernel to recallbench's pure-torch form of it (:mod:`recallbench.adapters.cpu.fla_swaps`)
+  on the GPU instead.
 """
 from __future__ import annotations
 
@@ -36,20 +37,24 @@ def release(version: str | None) -> tuple[int, ...]:
 def mamba1(device_type: str, *, selective_scan: bool, causal_conv1d: bool) -> tuple[str, str]:
     """Mamba-1: the compiled selective scan, or its reference on the GPU without it."""
     if device_type == "cpu":
-        return REFERENCE, ("mamba-ssm's pure-torch references (selective_scan_ref, O(L) backward; "
-                           "torch conv) in place of its CUDA kernels")
+        return REFERENCE, ("recallbench's CPU kernels in place of mamba-ssm's CUDA ones: a compiled "
+                           "selective scan (the torch scan without a C++ compiler), the short conv "
+                           "as shifted adds; tested against selective_scan_ref")
     conv = "" if causal_conv1d else "; causal-conv1d is not installed: the short conv runs in torch"
     if selective_scan:
         return FUSED, f"mamba-ssm's selective-scan CUDA kernel{conv}"
     return REFERENCE, ("mamba-ssm's compiled selective_scan_cuda does not import (mamba-ssm was "
-                       "installed without its CUDA build): selective_scan_ref runs on the GPU; "
+                       "installed without its CUDA build): recallbench's torch selective scan "
+                       "(tested against selective_scan_ref) runs on the GPU; "
                        f"fix: {FIX}")
 
 
 def mamba2(device_type: str, *, causal_conv1d: bool) -> tuple[str, str]:
     """Mamba-2: the SSD Triton kernels (no compiled extension needed)."""
     if device_type == "cpu":
-        return REFERENCE, "mamba-ssm's pure-torch references (ssd_minimal_discrete, rms_norm_ref)"
+        return REFERENCE, ("recallbench's CPU kernels in place of mamba-ssm's Triton ones: Listing 1's "
+                           "SSD as batched matmuls (tested against ssd_minimal_discrete), "
+                           "rms_norm_ref")
     conv = ("" if causal_conv1d else
             "; causal-conv1d is not installed: the unfused path, short conv in torch")
     return FUSED, f"mamba-ssm's SSD Triton kernels{conv}"
@@ -67,7 +72,8 @@ def fla(device_type: str, *, references: tuple[str, ...], missing_reference: str
     """An fla layer: its Triton kernels, or the pure-torch references named in ``references``
     (``missing_reference``: one that this fla lacks) for the kernels in ``refused``."""
     if device_type == "cpu":
-        return REFERENCE, f"fla's pure-torch references ({', '.join(references)})"
+        return REFERENCE, ("recallbench's pure-torch forms of fla's kernels (chunked where fla's "
+                           f"loop over time; tested against {', '.join(references)})")
     if not refused or not fla_gated_refused(capability, triton, tilelang):
         return FUSED, "fla's Triton kernels"
     why = (f"fla refuses {', '.join(refused)} on Hopper (compute capability "
@@ -75,4 +81,4 @@ def fla(device_type: str, *, references: tuple[str, ...], missing_reference: str
     fix = f"fix: Triton >= 3.7.1 ({FIX}) or pip install tilelang"
     if missing_reference:
         return UNAVAILABLE, f"{why}, and this fla has no pure-torch {missing_reference}; {fix}"
-    return REFERENCE, f"{why}: its pure-torch reference runs on the GPU; {fix}"
+    return REFERENCE, f"{why}: recallbench's pure-torch form of it runs on the GPU; {fix}"
