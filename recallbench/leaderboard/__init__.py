@@ -27,8 +27,8 @@ from __future__ import annotations
 from recallbench.leaderboard.board import check_board, check_files, valid_board
 from recallbench.leaderboard.checks import check_name, slug
 from recallbench.leaderboard.points import merge_config
-from recallbench.leaderboard.render import (PLOT, README, acc_by_nf, fmt, leaderboard_rows, render,
-                                            render_markdown)
+from recallbench.leaderboard.render import render, render_markdown
+from recallbench.leaderboard.table import PLOT, README, acc_by_nf, fmt, leaderboard_rows
 from recallbench.leaderboard.plot import render_plot
 from recallbench.leaderboard.run import (load_store_records, new_seed, run_suite, sample_points,
                                         suite_executor, verify)

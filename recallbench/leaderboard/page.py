@@ -1,6 +1,6 @@
 """A suite's leaderboard as one self-contained web page, ``<suite>/index.html``.
 
-The page shows what README.md shows, for a browser: the ranked table (``render.table``;
+The page shows what README.md shows, for a browser: the ranked table (``table.table``;
 click a header to sort, or open ``index.html#sort=per_kbit&dir=desc``), the figure
 (``plot``, the PNG embedded as a data URI), and a card per submission: provenance, the
 recipe and the learning rates chosen, convergence, and links to the submission files
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import quote
 
-from recallbench.leaderboard.render import PLOT, README, RANKING_NOTE, lr_means, table
+from recallbench.leaderboard.table import PLOT, README, RANKING_NOTE, lr_means, table
 from recallbench.leaderboard.suite import SUBMISSIONS_DIR, SUITE_FILE, Suite
 
 PAGE = "index.html"

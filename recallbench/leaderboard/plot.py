@@ -112,7 +112,7 @@ def _title(suite: Suite) -> str:
 
 
 def build_figure(suite: Suite, rows: list[dict]):
-    """The figure of ``rows`` (from ``render.leaderboard_rows``): one panel per N_f."""
+    """The figure of ``rows`` (from ``table.leaderboard_rows``): one panel per N_f."""
     import matplotlib
     import numpy as np
     from matplotlib.figure import Figure
