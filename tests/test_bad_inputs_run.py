@@ -210,7 +210,7 @@ def _measured_bytes(cfg) -> tuple[int, int, int]:
 
     from recallbench.harness.data import RecallDataModule
     from recallbench.harness.loop import labelled_loss
-    from recallbench.harness.train import build_model
+    from recallbench.harness.prepare import build_model
 
     _, model = build_model(cfg, torch.device("cpu"))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -15,7 +15,7 @@ import yaml
 
 from recallbench import leaderboard as lb
 from recallbench.api.errors import ConfigError
-from recallbench.harness.lr_search import choose
+from recallbench.harness.lr_candidates import choose
 from recallbench.leaderboard.schema import LEVELS, STOP_REASONS
 
 SEARCH_SUITE = """\

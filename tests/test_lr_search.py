@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from recallbench.api.config import AUTO_LRS, resolve
-from recallbench.harness import ensemble_model, lr_search, train
+from recallbench.harness import ensemble_model, lr_candidates, lr_search, single, train
 from recallbench.harness.module import DivergedError
 from recallbench.runs.sweep import Sweep
 
@@ -45,18 +45,18 @@ def test_bad_lr_is_one_line_and_exit_2(cli, value):
 
 def test_search_keeps_the_best_by_validation_and_tests_only_it(monkeypatch, capsys):
     calls = []
-    real = train.score
+    real = single.score
 
     def counting(model, data, *args, **kw):
         calls.append(len(data[0]))
         return real(model, data, *args, **kw)
 
-    monkeypatch.setattr(train, "score", counting)
+    monkeypatch.setattr(single, "score", counting)
     cfg = resolve(config(lr=[0.0003, 0.01], max_steps=30))
     rec = lr_search.run_search(cfg, torch.device("cpu"), show=True, batched=False)
     entries = rec["lr_search"]
     assert [e["lr"] for e in entries] == [0.0003, 0.01]
-    assert all(set(e) == set(lr_search.ENTRY_KEYS) for e in entries)
+    assert all(set(e) == set(lr_candidates.ENTRY_KEYS) for e in entries)
     best = max(entries, key=lambda e: e["val_accuracy"])
     assert rec["lr"] == best["lr"] and rec["val_accuracy"] == best["val_accuracy"]
     assert entries[0]["val_accuracy"] != entries[1]["val_accuracy"]
@@ -92,12 +92,12 @@ def test_batched_and_sequential_searches_choose_the_same_lr(monkeypatch):
 
 
 def test_choose_ties_fewer_steps_then_smaller_lr():
-    e = lr_search.entry
-    assert lr_search.choose([e(0.01, 0.5, 100, True), e(0.001, 0.5, 80, True)]) == 1
-    assert lr_search.choose([e(0.01, 0.5, 80, True), e(0.001, 0.5, 80, True)]) == 1
-    assert lr_search.choose([e(0.001, 0.5, 80, True), e(0.01, 0.5, 80, True)]) == 0
-    assert lr_search.choose([e(0.1, None, 3, False, "diverged"), e(0.01, 0.0, 80, False)]) == 1
-    assert lr_search.choose([e(0.1, None, 3, False, "diverged")]) is None
+    e = lr_candidates.entry
+    assert lr_candidates.choose([e(0.01, 0.5, 100, True), e(0.001, 0.5, 80, True)]) == 1
+    assert lr_candidates.choose([e(0.01, 0.5, 80, True), e(0.001, 0.5, 80, True)]) == 1
+    assert lr_candidates.choose([e(0.001, 0.5, 80, True), e(0.01, 0.5, 80, True)]) == 0
+    assert lr_candidates.choose([e(0.1, None, 3, False, "diverged"), e(0.01, 0.0, 80, False)]) == 1
+    assert lr_candidates.choose([e(0.1, None, 3, False, "diverged")]) is None
 
 
 def test_a_diverged_candidate_is_kept_out(monkeypatch):

@@ -9,7 +9,7 @@ import torch
 
 from recallbench.api.config import resolve
 from recallbench.api.errors import ConfigError
-from recallbench.harness.train import build_model
+from recallbench.harness.prepare import build_model
 from recallbench.probe import operators
 from recallbench.probe.measure import measure
 

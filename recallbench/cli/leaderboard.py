@@ -113,7 +113,7 @@ def _suite_to_run(args):
         raise ConfigError(f"--set model.{clash[0]}: fixed by suite {suite.name}")
     _check_run_settings(suite, args.adapter, extra)
     if str(suite.data.get("device") or "").startswith("cuda"):
-        from recallbench.harness.train import pick_device
+        from recallbench.harness.prepare import pick_device
 
         pick_device(suite.data["device"])  # no GPU here: one line, before any worker starts
     return suite, extra

@@ -111,7 +111,7 @@ def _probe(record: str | None, args) -> dict:
     check_writable(out / "probe.json")
     import torch
 
-    from recallbench.harness.train import build_model
+    from recallbench.harness.prepare import build_model
     from recallbench.probe.figures import draw
     from recallbench.probe.measure import measure
 

@@ -91,10 +91,10 @@ from recallbench.harness.ensemble_shape import (MEMBER_KEYS, EnsembleError, as_c
                                                 check_same_shape, ensemble_threads,
                                                 group_by_shape, shape_key)
 from recallbench.harness.ensemble_train import Outcome, train
-from recallbench.harness.lr_search import announce as announce_entry
-from recallbench.harness.lr_search import candidates, choose, entry, searched_record
+from recallbench.harness.lr_candidates import announce as announce_entry
+from recallbench.harness.lr_candidates import candidates, choose, entry, searched_record
 from recallbench.harness.resources import check_memory
-from recallbench.harness.train import cpu_threads, pick_device
+from recallbench.harness.prepare import cpu_threads, pick_device
 
 __all__ = ["EnsembleError", "MEMBER_KEYS", "chunks", "ensemble_threads", "group_by_shape",
            "run_ensemble", "shape_key"]

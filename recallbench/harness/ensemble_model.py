@@ -20,7 +20,7 @@ from recallbench.harness.data import TEST_STREAM, VAL_STREAM, fixed_set
 from recallbench.harness.ensemble_shape import EnsembleError
 from recallbench.harness.linear_ce import linear_cross_entropy
 from recallbench.harness.model import RecallModel
-from recallbench.harness.train import build_model
+from recallbench.harness.prepare import build_model
 
 Tensors = dict[str, torch.Tensor]
 

@@ -13,7 +13,7 @@ import torch
 from recallbench.api.canonical import EXECUTION_KEYS, sha256_of
 from recallbench.api.config import RunConfig, resolve
 from recallbench.api.errors import ConfigError
-from recallbench.harness.train import TINY_CHANNELS
+from recallbench.harness.prepare import TINY_CHANNELS
 
 #: train keys that may differ between the members of one ensemble
 MEMBER_KEYS = ("seed", "lr", "weight_decay", "label_smoothing", "grad_clip", "early_stop",
@@ -78,7 +78,7 @@ def _first_difference(a: RunConfig, b: RunConfig) -> str:
 
 def ensemble_threads(cfgs: Sequence[RunConfig]) -> int:
     """CPU threads for an ensemble: the first config's ``train.threads``, else the harness's
-    rule (:data:`recallbench.harness.train.TINY_CHANNELS`) applied to the batched width K·expand·D.
+    rule (:data:`recallbench.harness.prepare.TINY_CHANNELS`) applied to the batched width K·expand·D.
 
     Measured (benchmarks/bench_ensemble.py, Table-8 model, K = 8, 2 cores): on an idle
     machine 2 threads ran the batched model 1.8x faster than 1 thread; on a machine shared

@@ -8,10 +8,10 @@ One fixed learning rate under-trains some layers: Mamba solves MQAR only inside 
 lr window (Okpekpe & Orvieto, 2025), and Zoology and MAD-lab keep the best of a sweep.
 
 * **Candidates**: one config per learning rate, equal in everything else (the same seed,
-  so the same initial weights and batches): :func:`candidates`.
+  so the same initial weights and batches): ``lr_candidates.candidates``.
 * **Selection** by VALIDATION accuracy (the best a candidate reached), never by the test
   set: the highest wins; ties go to fewer steps (the faster to converge), then the smaller
-  lr (:func:`choose`).  A candidate whose loss became NaN/inf has no accuracy and is never
+  lr (``lr_candidates.choose``).  A candidate whose loss became NaN/inf has no accuracy and is never
   chosen; if every candidate diverged, the run diverged.
 * **Test**: only the chosen model is scored on the test set.
 * **Record**: the chosen candidate's record (accuracy, steps, convergence, ``lr``) with the
@@ -27,57 +27,14 @@ lr window (Okpekpe & Orvieto, 2025), and Zoology and MAD-lab keep the best of a 
 """
 from __future__ import annotations
 
-import dataclasses
-import sys
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
 from recallbench.api.config import RunConfig
 from recallbench.api.errors import reason
-
-ENTRY_KEYS = ("lr", "val_accuracy", "steps", "converged", "error")
-
-
-def candidates(cfg: RunConfig) -> list[RunConfig]:
-    """One config per learning rate of a search (a single lr: the config itself)."""
-    lrs = cfg.train.lr if isinstance(cfg.train.lr, list) else [cfg.train.lr]
-    return [dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, lr=lr)) for lr in lrs]
-
-
-def entry(lr: float, val_accuracy: float | None, steps: int, converged: bool,
-          error: str | None = None) -> dict[str, Any]:
-    """One candidate of ``lr_search``."""
-    return {"lr": lr, "val_accuracy": val_accuracy, "steps": steps,
-            "converged": bool(converged), "error": error}
-
-
-def choose(entries: Sequence[dict]) -> int | None:
-    """Index of the best candidate: the highest validation accuracy, then fewer steps, then
-    the smaller lr; None when no candidate has an accuracy (all diverged)."""
-    ok = [i for i, e in enumerate(entries) if e["val_accuracy"] is not None]
-    if not ok:
-        return None
-    return max(ok, key=lambda i: (entries[i]["val_accuracy"], -entries[i]["steps"],
-                                  -entries[i]["lr"]))
-
-
-def searched_record(record: dict, cfg: RunConfig, entries: list[dict], train_s: float) -> dict:
-    """The chosen candidate's record as the search's: its config and hash, the entries."""
-    record.update(config=cfg.to_dict(), config_hash=cfg.hash(), lr_search=entries,
-                  train_s=round(train_s, 3))
-    return record
-
-
-def announce(show: bool, e: dict, i: int, n: int) -> None:
-    """One progress line per candidate (stderr)."""
-    if not show:
-        return
-    how = (f"diverged ({e['error']})" if e["error"] else
-           f"val {e['val_accuracy']:.4f}, {e['steps']} steps, "
-           f"{'converged' if e['converged'] else 'not converged'}")
-    print(f"lr search [{i + 1}/{n}] lr={e['lr']:g}: {how}", file=sys.stderr, flush=True)
-
+from recallbench.harness.lr_candidates import announce, candidates, choose, entry, searched_record
+from recallbench.harness.single import train_one
 
 def run_search(cfg: RunConfig, device: torch.device, show: bool,
                batched: bool | None = None, weights=None) -> dict[str, Any]:
@@ -109,7 +66,6 @@ def _sequential(cfg: RunConfig, cands: list[RunConfig], device: torch.device, sh
                 weights=None) -> dict[str, Any]:
     """The candidates one after another; the best so far is kept, the others dropped."""
     from recallbench.harness.module import DivergedError
-    from recallbench.harness.train import train_one
 
     entries, best, train_s = [], None, 0.0
     for i, c in enumerate(cands):

@@ -8,7 +8,7 @@ a learning rate that the search would not have chosen:
 
 * where the point's ``train.lr`` is a list (a search), ``lr_search`` tries exactly those
   learning rates, and ``lr`` is the one the harness's rule picks from it
-  (:func:`recallbench.harness.lr_search.choose`: best validation accuracy, then fewer
+  (:func:`recallbench.harness.lr_candidates.choose`: best validation accuracy, then fewer
   steps, then the smaller lr), whose ``converged`` the point repeats;
 * where it is one number, ``lr`` is that number and there is no ``lr_search``;
 * a run that stopped at ``early_stop`` or on a ``plateau`` converged;
@@ -29,7 +29,7 @@ def _close(a: float, b: float) -> bool:
 
 def check_lr(p: Mapping, run_lr, where: str) -> None:
     """``lr`` and ``lr_search`` of a point whose config has ``train.lr = run_lr``."""
-    from recallbench.harness.lr_search import choose
+    from recallbench.harness.lr_candidates import choose
 
     search = p.get("lr_search")
     if not isinstance(run_lr, list):

@@ -70,7 +70,7 @@ def share_key(cfg, factory: Callable | None) -> tuple[str | None, dict | None]:
     from recallbench.api.provenance import provenance, source_sha256
     from recallbench.api.record import versions
     from recallbench.api.registry import TASKS
-    from recallbench.harness.train import pick_device
+    from recallbench.harness.prepare import pick_device
 
     adapter = provenance(cfg.model.adapter)
     material = {"config_hash": cfg.hash(), "device": pick_device(cfg.train.device).type,

@@ -108,7 +108,7 @@ def _share(cfg, factory) -> tuple[str | None, dict | None, str | None]:
     """(share key, material, unavailable reason): nothing is looked up for a run that
     cannot start here."""
     from recallbench.api.registry import ADAPTERS
-    from recallbench.harness.train import pick_device
+    from recallbench.harness.prepare import pick_device
 
     try:
         ADAPTERS.require(cfg.model.adapter)

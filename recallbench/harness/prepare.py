@@ -1,0 +1,79 @@
+"""What a run prepares before it trains: its device, its CPU threads, a quiet Lightning, and
+its seeded model (:func:`build_model`, the single place a model is made, for single runs,
+learning-rate searches and batched ensembles alike)."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+
+import torch
+
+from recallbench.api.config import RunConfig
+from recallbench.api.errors import UnavailableError
+from recallbench.api.registry import ADAPTERS
+from recallbench.harness.data import MODEL_STREAM, make_generator
+from recallbench.harness.model import RecallModel
+
+# Models with at most this many inner channels are "tiny": on CPU one thread beats
+# several, because per-op dispatch dominates and threads only add synchronization
+# (benchmarks/bench_train.py measures the ratio).
+TINY_CHANNELS = 512
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UnavailableError("train.device = cuda, but no CUDA device is available here")
+    return torch.device(name)
+
+
+def pick_threads(cfg: RunConfig) -> int:
+    """CPU threads for this run: the user's, else 1 for tiny models, else torch's default."""
+    if cfg.train.threads is not None:
+        return cfg.train.threads
+    if cfg.model.expand * cfg.model.d_model <= TINY_CHANNELS:
+        return 1
+    return torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def quiet_lightning():
+    """Silence Lightning's start-up chatter (GPU/TPU availability, seed lines, tips)."""
+    names = ["lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning",
+             "lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.seed"]
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*(does not have many workers|"
+                                "IterableDataset|infinite|num_workers|LitLogger|litlogger|"
+                                "LeafSpec).*")
+        try:
+            yield
+        finally:
+            for lg, level in zip(loggers, levels):
+                lg.setLevel(level)
+
+
+def build_model(cfg: RunConfig, device: torch.device):
+    """(adapter, model) of a run, seeded as every run is: the single place a model is made."""
+    from lightning import seed_everything
+
+    seed_everything(cfg.train.seed, workers=True, verbose=False)
+    adapter = ADAPTERS.get(cfg.model.adapter)(cfg.model)
+    model = RecallModel(adapter, cfg.task.vocab_size, device=device,
+                        generator=make_generator(MODEL_STREAM, cfg.train.seed)).to(device)
+    return adapter, model
