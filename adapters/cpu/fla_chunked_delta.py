@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from . import fla_kernels
-from .fla_kernels import _l2norm, _naive, _t_state, no_varlen
+from .fla_kernels import _l2norm, _t_state, no_varlen
 
 CHUNK = 64  # fastest at L = 64 (benchmarks/bench_fla_chunked_delta.py)
 
@@ -136,27 +136,13 @@ def delta_rule(q, k, v, beta=None, scale=None, initial_state=None, output_final_
 
 
 def gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None, output_final_state=False,
-                     use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
-                     state_v_first=False, cu_seqlens=None, use_gate_in_kernel=False, A_log=None,
-                     dt_bias=None, gk=None, gv=None, chunk=CHUNK, **_):
+                     state_v_first=False, chunk=CHUNK, **flags):
     """chunk_gated_delta_rule / fused_recurrent_gated_delta_rule in chunked form. (B, T, H|HV, K|V).
 
-    Kernel flags as the kernels document them: l2-normalised q, k; beta = sigmoid(beta)
-    (× 2 with allow_neg_eigval); g = -exp(A_log) · softplus(g + dt_bias) (fla's naive_gdn_gate);
-    HV value heads share each of the H q/k heads in groups of HV / H.
+    The kernel flags (l2norm, beta sigmoid, gate, grouped value heads) are applied by
+    :func:`fla_kernels.gated_delta_inputs`, as for the recurrent reference.
     """
-    no_varlen(cu_seqlens, "gated_delta_rule")
-    if gk is not None or gv is not None:
-        raise NotImplementedError("fla CPU swap: gated_delta_rule with gk/gv has no CPU reference")
-    if use_qk_l2norm_in_kernel:
-        q, k = _l2norm(q), _l2norm(k)
-    if use_beta_sigmoid_in_kernel:
-        beta = beta.float().sigmoid() * (2.0 if allow_neg_eigval else 1.0)
-    if use_gate_in_kernel:
-        g = _naive("gated_delta_rule", "naive_gdn_gate", "gate")(g, A_log, dt_bias)
-    HV, H = v.shape[2], q.shape[2]
-    if HV != H:
-        q, k = (x.repeat_interleave(HV // H, dim=2) for x in (q, k))
+    q, k, beta, g = fla_kernels.gated_delta_inputs(q, k, v, g, beta, **flags)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     o, ht = chunked_delta(*(x.transpose(1, 2) for x in (q, k, v, beta, g)), scale,
                           _t_state(initial_state, state_v_first), output_final_state, chunk)

@@ -22,7 +22,6 @@ import importlib
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 
 # ---------------------------------------------------------------------------
@@ -106,15 +105,16 @@ def delta_rule(q, k, v, beta=None, scale=None, initial_state=None, output_final_
     return o.transpose(1, 2), (ht if output_final_state else None)
 
 
-def gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None, output_final_state=False,
-                     use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
-                     state_v_first=False, cu_seqlens=None, use_gate_in_kernel=False, A_log=None,
-                     dt_bias=None, gk=None, gv=None, **_):
-    """chunk_gated_delta_rule / fused_recurrent_gated_delta_rule -> naive_recurrent_gated_delta_rule.
-
-    The kernel flags are applied here exactly as the kernels document them: l2-normalised q, k;
-    beta = sigmoid(beta) (× 2 with allow_neg_eigval); g = -exp(A_log) · softplus(g + dt_bias).
-    """
+def gated_delta_inputs(q, k, v, g, beta, *, use_qk_l2norm_in_kernel=False,
+                       use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
+                       use_gate_in_kernel=False, A_log=None, dt_bias=None, gk=None, gv=None,
+                       cu_seqlens=None, **_):
+    """(q, k, beta, g) as the gated-delta-rule kernels use them, from the kernels' flags,
+    applied exactly as the kernels document them: l2-normalised q, k; beta = sigmoid(beta)
+    (× 2 with allow_neg_eigval); g = -exp(A_log) · softplus(g + dt_bias) (fla's
+    ``naive_gdn_gate``); HV value heads share each of the H q/k heads in groups of HV / H
+    (q and k repeated).  Shared by this reference and the chunked form; the kernels' other
+    keywords are ignored."""
     no_varlen(cu_seqlens, "gated_delta_rule")
     if gk is not None or gv is not None:
         raise NotImplementedError("fla CPU swap: gated_delta_rule with gk/gv has no CPU reference")
@@ -123,11 +123,18 @@ def gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None,
     if use_beta_sigmoid_in_kernel:
         beta = beta.float().sigmoid() * (2.0 if allow_neg_eigval else 1.0)
     if use_gate_in_kernel:
-        gf = g.float() + (dt_bias.float() if dt_bias is not None else 0.0)
-        g = -A_log.float().exp() * F.softplus(gf)
+        g = _naive("gated_delta_rule", "naive_gdn_gate", "gate")(g, A_log, dt_bias)
     HV, H = v.shape[2], q.shape[2]
     if HV != H:  # grouped value heads: each q/k head serves HV/H value heads
         q, k = (x.repeat_interleave(HV // H, dim=2) for x in (q, k))
+    return q, k, beta, g
+
+
+def gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None, output_final_state=False,
+                     state_v_first=False, **flags):
+    """chunk_gated_delta_rule / fused_recurrent_gated_delta_rule -> naive_recurrent_gated_delta_rule,
+    the kernel flags applied by :func:`gated_delta_inputs`."""
+    q, k, beta, g = gated_delta_inputs(q, k, v, g, beta, **flags)
     o, ht = _naive("gated_delta_rule", "naive_recurrent_gated_delta_rule")(
         q, k, v, beta, g, scale, _t_state(initial_state, state_v_first), output_final_state)
     return o.to(v.dtype), _t_state(ht, state_v_first)
