@@ -123,7 +123,7 @@ def _run(args) -> int:
     import sys
 
     from recallbench import leaderboard as lb
-    from recallbench.runs.interrupt import Terminated, sigterm_unwinds
+    from recallbench.runs.interrupt import Terminated, sigterm_unwinds, stopped
 
     _check_run_flags(args)
     suite, extra = _suite_to_run(args)
@@ -135,11 +135,9 @@ def _run(args) -> int:
                                   limit=args.limit, executor=executor,
                                   time_budget=args.time_budget, log=lambda m: print(m, flush=True))
     except (KeyboardInterrupt, Terminated) as exc:
-        term = isinstance(exc, Terminated)
-        print(f"recallbench: {'terminated (SIGTERM)' if term else 'interrupted'}; the points "
-              f"that finished are in {args.store}, and the same command resumes from there",
-              file=sys.stderr, flush=True)
-        return Terminated.exit_status if term else 130
+        line, status = stopped(exc, args.store)
+        print(line, file=sys.stderr, flush=True)
+        return status
     finally:
         executor.close()
     left = (f", {counts['left']} left: run the same command again to continue"

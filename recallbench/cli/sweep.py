@@ -32,7 +32,7 @@ from collections import Counter
 
 from recallbench.api.errors import ConfigError
 from recallbench.runs.budget import DEFAULT_CHUNK_S, check_budget, ending
-from recallbench.runs.interrupt import Terminated, sigterm_unwinds
+from recallbench.runs.interrupt import Terminated, sigterm_unwinds, stopped
 from recallbench.runs.sweep import MAX_POINTS
 
 #: a --dry-run of a larger grid counts it instead of resolving every point
@@ -264,11 +264,9 @@ def _run(args, points, executor, shard, header: str) -> int:
         with sigterm_unwinds():  # SIGTERM unwinds like Ctrl-C: the workers stop, records stay
             counts = _drive(args, points, st, executor, echo, header)
     except (KeyboardInterrupt, Terminated) as exc:
-        term = isinstance(exc, Terminated)
-        print(f"recallbench: {'terminated (SIGTERM)' if term else 'interrupted'}; the points "
-              f"that finished are in {args.store}, and the same command resumes from there",
-              file=sys.stderr, flush=True)
-        return Terminated.exit_status if term else 130
+        line, status = stopped(exc, args.store)
+        print(line, file=sys.stderr, flush=True)
+        return status
     finally:
         st.close()
     if args.adaptive:

@@ -7,6 +7,8 @@ with :attr:`Terminated.exit_status` (143, the shell's 128 + SIGTERM)::
 
     with sigterm_unwinds():
         drive(items, executor, store)
+
+:func:`stopped` is that line and that status, for every driver's CLI.
 """
 from __future__ import annotations
 
@@ -40,3 +42,12 @@ def sigterm_unwinds() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def stopped(exc: BaseException, store) -> tuple[str, int]:
+    """The line a driver's CLI prints when Ctrl-C (KeyboardInterrupt) or SIGTERM
+    (:class:`Terminated`) stopped it, and its exit status (130 or 143)."""
+    term = isinstance(exc, Terminated)
+    return (f"recallbench: {'terminated (SIGTERM)' if term else 'interrupted'}; the points that "
+            f"finished are in {store}, and the same command resumes from there",
+            Terminated.exit_status if term else 130)
