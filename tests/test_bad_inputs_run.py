@@ -194,7 +194,7 @@ def test_memory_check_accepts_the_default_and_names_the_limit():
 
     cfg = resolve({})
     need = check_memory(cfg)
-    assert 1 << 20 < need < min(host_available(), 1 << 30)  # megabytes, not gigabytes
+    assert need > 1 << 20 and need < min(host_available(), 1 << 30)  # megabytes, not gigabytes
     with pytest.raises(ConfigError, match=r"^task.seq_len=64: a run would need ~6\d\d MiB "
                                           r"\(an evaluation batch .*\), this machine has 1 B"):
         check_memory(cfg, host_free=1)

@@ -274,7 +274,7 @@ def test_no_worker_outlives_its_driver_and_resume_completes(cli, tmp_path, signu
         assert lines[0] == "recallbench: stopping 2 workers..." and len(lines) == 2, err
         assert "the same command resumes" in lines[1] and "Traceback" not in err
     first = {r["config_hash"] for r in read_store(tmp_path / "st").records}
-    assert 1 <= len(first) < 6
+    assert len(first) in range(1, 6)  # some points finished, not all
     rc, out, err = cli(*argv[:4])  # resume in-process
     assert rc == 0, err
     lines = (tmp_path / "st" / "results.jsonl").read_text().splitlines()
@@ -293,4 +293,4 @@ def test_a_closed_output_pipe_is_a_failure_and_keeps_finished_points(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
     assert b"[1/8] ok" in head[1] and "Traceback" not in err
-    assert 1 <= len(read_store(tmp_path / "st").records) < 8
+    assert len(read_store(tmp_path / "st").records) in range(1, 8)  # some, not all

@@ -146,7 +146,7 @@ def test_an_interrupted_processes_run_resumes(tmp_path, cli_subprocess):
     assert proc.returncode == 143, (out, err)
     assert "the same command resumes from there" in err
     first = {r["config_hash"] for r in _lines(store)}
-    assert 1 <= len(first) < 9
+    assert len(first) in range(1, 9)  # some points finished, not all
     rc, out, err = cli_subprocess(*args)
     assert rc == 0 and f"{len(first)} already in" in out, err
     assert f"done: {9 - len(first)} ran, 0 failed, {len(first)} skipped" in out
