@@ -34,11 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _config(record: str | None, args):
-    """(resolved config, weights path or None, where the config came from)."""
+    """(resolved config, weights path or None, where the config came from, the record's test
+    accuracy or None)."""
     from recallbench.api.config import apply_overrides, resolve
 
     if record is None:
-        return resolve(apply_overrides({}, args.set or [])), args.weights, "--set"
+        return resolve(apply_overrides({}, args.set or [])), args.weights, "--set", None
     from recallbench.law.records import load_records
 
     records = [r for r in load_records([record]) if r.get("status") == "ok"]
@@ -46,7 +47,7 @@ def _config(record: str | None, args):
         raise ConfigError(f"probe: {record} must hold exactly one finished run's record "
                           f"(found {len(records)})")
     weights = args.weights or str(Path(record).with_suffix(".pt"))
-    return resolve(records[0]["config"]), weights, record
+    return resolve(records[0]["config"]), weights, record, records[0].get("accuracy")
 
 
 def _load_weights(model, path: str | None, trainable: bool, adapter: str) -> None:
@@ -103,7 +104,7 @@ def table(results: list[dict]) -> str:
 
 
 def _probe(record: str | None, args) -> dict:
-    cfg, weights, source = _config(record, args)
+    cfg, weights, source, accuracy = _config(record, args)
     out = Path(args.out) if args.out else (
         Path(record).with_suffix(".probe") if record else Path("probe"))
     from recallbench.cli.main import check_writable
@@ -122,11 +123,6 @@ def _probe(record: str | None, args) -> dict:
     title = f"{m.adapter} D={m.d_model} N={m.d_state} W={m.d_conv} · {cfg.task.name} " \
             f"V={cfg.task.vocab_size} N_f={cfg.task.num_facts}"
     figures = draw(arrays, scores, out, title)
-    accuracy = None
-    if record is not None:
-        from recallbench.law.records import load_records
-
-        accuracy = load_records([record])[0].get("accuracy")
     result = {"schema": "recallbench.probe/1", "source": source, "weights": weights,
               "accuracy": accuracy, "config": cfg.to_dict(), "config_hash": cfg.hash(),
               "scores": scores, "figures": [p.name for p in figures]}
