@@ -33,6 +33,24 @@ def test_history_stops_on_a_plateau_and_at_early_stop():
     assert e.summary()["stop_reason"] == "early_stop" and e.steps_to()["0.9"] == 20
 
 
+def test_a_gain_within_the_validation_noise_is_a_plateau():
+    """The threshold is the binomial standard error of the best accuracy: a creep of 0.002
+    a validation is progress on 10**6 queries and a plateau on 2,048 (SE 0.011)."""
+    creep = [(50 * i, 0.40 + 0.002 * i) for i in range(1, 9)]
+    small, large, unknown = History(None, 4), History(None, 4), History(None, 4)
+    stops = [small.add(s, a, total=2048) for s, a in creep]
+    assert stops.index(True) == 4 and small.stop_reason == "plateau"  # 4 waits after 50
+    assert not any(large.add(s, a, total=10**6) for s, a in creep)
+    assert not any(unknown.add(s, a) for s, a in creep)  # no size: MIN_DELTA only
+    # a jump larger than one standard error resets the wait
+    se = math.sqrt(0.4 * 0.6 / 2048)
+    j = History(None, 2)
+    assert [j.add(1, 0.4, 2048), j.add(2, 0.4 + 0.5 * se, 2048), j.add(3, 0.4 + 1.5 * se, 2048),
+            j.add(4, 0.4 + 1.6 * se, 2048)] == [False, False, False, False]
+    assert j.resolution(2048) == pytest.approx(math.sqrt(j.reference * (1 - j.reference) / 2048))
+    assert History(None, 2).resolution(10**9) == convergence.MIN_DELTA
+
+
 def test_history_judges_the_cap():
     improving = History(None, None)
     for i in range(30):

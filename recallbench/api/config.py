@@ -92,8 +92,9 @@ class TrainConfig:
     weight_decay: float = 0.0
     seed: int = 0
     early_stop: float | None = 0.999  # stop once validation accuracy exceeds this; null: never
-    #: validations without an improvement of the best validation accuracy by more than
-    #: :data:`recallbench.harness.convergence.MIN_DELTA` before the run stops as converged
+    #: validations without an improvement of the best validation accuracy by more than the
+    #: validation set resolves (one standard error, at least
+    #: :data:`recallbench.harness.convergence.MIN_DELTA`) before the run stops as converged
     #: (a plateau); null: never.  Default null, for three reasons: it is the behaviour of
     #: every record made before patience existed, so their config hashes (stores,
     #: baselines, leaderboard submissions) stay valid (a null patience is left out of the

@@ -157,7 +157,7 @@ def _validate(ens: StackedModels, out: Outcome, step: int, members: list[int], t
         if acc > out.best_val[k]:
             out.best_val[k], out.best_step[k] = acc, step
             out.best_state[k] = {n: v[k].clone() for n, v in ens.params.items()}
-        if out.history[k].add(step, acc) and out.active[k]:
+        if out.history[k].add(step, acc, scores[j]["total"]) and out.active[k]:
             out.stop(k, step, t0)
 
 

@@ -55,13 +55,14 @@ class RecallModule(LightningModule):
         self.val_metric.update(*asked(self.model, inputs, targets))
 
     def on_validation_epoch_end(self):
-        acc = float(self.val_metric.compute()["accuracy"])
+        counts = self.val_metric.compute()
+        acc, total = float(counts["accuracy"]), int(counts["total"])
         self.val_metric.reset()
         self.last_val_step = self.global_step
         if acc > self.best_val:
             self.best_val, self.best_step = acc, self.global_step
             self.best_state = copy.deepcopy(self.model.state_dict())
-        if self.history.add(self.global_step, acc):
+        if self.history.add(self.global_step, acc, total):
             self.trainer.should_stop = True
         self.log("val_accuracy", acc, prog_bar=True, logger=False)
 
