@@ -105,14 +105,40 @@ def _intra(q, k, v, E, value_decay: bool) -> torch.Tensor:
     return torch.einsum("...id,...ijd,...jd->...ij", q, E, k) @ v
 
 
-def _intra_factored(q, k, v, g, strict: bool, value_decay: bool) -> torch.Tensor:
-    """Within-chunk outputs with exp(D_ij) = up_i · down_j, the exp of ± the cumulative decay since
-    the chunk start (all within e^±LIMIT, see :func:`plan`): two matrix products, no (C, C, D) tensor."""
+def _factors(g: torch.Tensor, strict: bool):
+    """The factored form's decays from one cumulative sum G of g over the chunk: ``up`` =
+    exp(G_i), or exp(G_i − g_i) when ``strict`` (the decay from the chunk start to step i, which
+    is also what the state entering the chunk takes to reach step i), ``down`` = exp(−G_j) and
+    ``total`` = exp(G_C), the whole chunk's decay (so exp(G_C − G_j), the decay from step j to
+    the chunk end, is total · down).  All within e^±LIMIT (see :func:`plan`)."""
     G = g.cumsum(-2)
-    up, down = (_excl_cumsum(g) if strict else G).exp(), (-G).exp()
+    up = (G - g if strict else G).exp()
+    return up, (-G).exp(), G[..., -1:, :].exp()
+
+
+def _scan_factored(q, k, v, g, h0, final: bool, strict: bool, value_decay: bool, bonus):
+    """:func:`gated_scan` in the factored form: the query-side and key-side products are made
+    once and serve both the within-chunk outputs and the state carried across chunks."""
+    up, down, total = _factors(g, strict)
+    if value_decay:  # GSA's first pass: decays act on the value (slot) channels
+        vd = v * down
+        o = up * (torch.tril(q @ k.transpose(-1, -2), -int(strict)) @ vd)
+    else:
+        qu, kd = q * up, k * down
+        o = torch.tril(qu @ kd.transpose(-1, -2), -int(strict)) @ v
+    if bonus is not None:
+        o = o + (q * bonus * k).sum(-1, keepdim=True) * v
+    if q.shape[2] == 1 and h0 is None and not final:
+        return o, None
     if value_decay:
-        return up * (torch.tril(q @ k.transpose(-1, -2), -int(strict)) @ (v * down))
-    return torch.tril((q * up) @ (k * down).transpose(-1, -2), -int(strict)) @ v
+        kv = (k.transpose(-1, -2) @ vd) * total  # (…, K, V) · (…, 1, V)
+        entering, S = _carry(kv, total, h0, final)
+        o = o + (q @ entering) * up
+    else:
+        kv = kd.transpose(-1, -2) @ v * total.transpose(-1, -2)  # (…, K, V) · (…, K, 1)
+        entering, S = _carry(kv, total.transpose(-1, -2), h0, final)
+        o = o + qu @ entering
+    return o, (S if final else None)
 
 
 def _carry(kv: torch.Tensor, decay: torch.Tensor, h0: torch.Tensor | None, final: bool):
@@ -138,9 +164,8 @@ def gated_scan(q, k, v, g, h0=None, final=False, *, bonus=None, value_decay=Fals
     """
     strict = bonus is not None
     if factored:
-        o = _intra_factored(q, k, v, g, strict, value_decay)
-    else:
-        o = _intra(q, k, v, _segsum(g, strict).exp(), value_decay)
+        return _scan_factored(q, k, v, g, h0, final, strict, value_decay, bonus)
+    o = _intra(q, k, v, _segsum(g, strict).exp(), value_decay)
     if bonus is not None:
         o = o + (q * bonus * k).sum(-1, keepdim=True) * v
     if q.shape[2] == 1 and h0 is None and not final:
