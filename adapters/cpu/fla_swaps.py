@@ -69,6 +69,9 @@ _MODULES = (
     Swap("fla.modules.rotary.ops:rotary_embedding", M.rotary_embedding,
          "fla.modules.rotary.ops.rotary_embedding_ref"),
     Swap(L + "rwkv6:token_shift", M.token_shift, "fla.modules.token_shift.token_shift_ref"),
+    Swap(L + "rwkv6:RWKV6Attention.forward", "recallbench.adapters.cpu.fla_rwkv6_layer:rwkv6_attention_forward",
+         "fla's forward with the five token-shift interpolations as one op (training calls; "
+         "fla's forward for a mask, a cache or varlen)"),
     Swap(ACT + ":swish_fwd", M.swish_fwd, "torch silu (used by fla's swish / ACT2FN['swish'] / SwishFeatureMap)"),
     Swap(ACT + ":swish_bwd", M.swish_bwd, "torch silu derivative"),
     Swap(ACT + ":sigmoid_fwd", M.sigmoid_fwd, "torch sigmoid"),
