@@ -191,3 +191,27 @@ def test_a_retired_suite_takes_no_new_runs_or_submissions(searched, cli, tmp_pat
     assert rc == 0 and out.startswith("ok ")  # its submissions stay checkable
     lb.render(searched["suite_dir"], plot=False)
     assert "> **Retired**: superseded by tinys2" in (searched["suite_dir"] / "README.md").read_text()
+
+
+def test_a_model_with_nothing_to_train_passes_with_its_untried_search(searched, tmp_path):
+    """The designed circuit trains nothing, so no candidate of the lr list is validated: its
+    submission is valid with every candidate at 0 steps and the smallest lr kept.  A trained
+    point that claims the same (no validated candidate) is refused."""
+    store = tmp_path / "designed"
+    counts = lb.run_suite(searched["suite"], "designed", store, log=lambda m: None)
+    assert counts["failed"] == 0 and counts["ran"] == 2
+    sub = lb.build_submission(searched["suite"], lb.load_store_records([store]), "designed")
+    for p in sub["budgets"][0]["points"]:
+        assert p["steps"] == 0 and p["lr"] == 0.003
+        assert [(e["val_accuracy"], e["steps"]) for e in p["lr_search"]] == [(None, 0), (None, 0)]
+    path = searched["suite_dir"] / "submissions" / "designed.yaml"
+    lb.write_submission(sub, path)
+    lb.validate_file(path)
+
+    def forged(d):  # a trained point whose candidates lost their accuracies
+        for e in _point(d)["lr_search"]:
+            e["val_accuracy"] = None
+    _rewrite(searched, forged)
+    with pytest.raises(ConfigError, match="has no candidate with a validation accuracy .only a "
+                                          "model with nothing to train"):
+        lb.validate_file(searched["path"])

@@ -43,7 +43,14 @@ def check_lr(p: Mapping, run_lr, where: str) -> None:
     need(len(tried) == len(run_lr) and all(_close(a, b) for a, b in zip(tried, run_lr)),
          f"{where}: lr_search", "does not try exactly the config's train.lr list")
     best = choose(search)
-    need(best is not None, f"{where}: lr_search", "has no candidate with a validation accuracy")
+    if best is None:
+        untrained = all(e["steps"] == 0 and e["error"] is None for e in search) and p.get("steps") == 0
+        need(untrained, f"{where}: lr_search", "has no candidate with a validation accuracy "
+             "(only a model with nothing to train, 0 steps everywhere, may have none)")
+        need(_close(p["lr"], tried[0]), f"{where}: lr",
+             f"{p['lr']:g} is not the smallest of the list ({tried[0]:g}), which an untrained "
+             "point keeps")
+        return
     need(_close(p["lr"], search[best]["lr"]), f"{where}: lr",
          f"{p['lr']:g} is not the one the search chooses ({search[best]['lr']:g}: best "
          "validation accuracy, then fewer steps, then the smaller lr)")
