@@ -115,6 +115,9 @@ def test_suite_grid_and_point_config(tiny):
     (lambda d: d.update(retired=""), "retired must be a text"),
     (lambda d: d.update(budgets=[{"name": "../x", "model": {"d_model": 4}}]), "not a plain name"),
     (lambda d: d.update(extra=1), "unknown key"),
+    (lambda d: d.update(seq_len_per_fact=4), "give task.seq_len or seq_len_per_fact, not both"),
+    (lambda d: (d["task"].pop("seq_len"), d.update(seq_len_per_fact=2)),
+     r"seq_len_per_fact must be an integer from 3 to 64 \(L = seq_len_per_fact · N_f > 2·N_f\)"),
 ])
 def test_bad_suites(tmp_path, edit, match):
     data = yaml.safe_load(TINY_SUITE)
@@ -124,6 +127,26 @@ def test_bad_suites(tmp_path, edit, match):
     (d / "suite.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=match):
         lb.load_suite(d)
+
+
+def test_seq_len_per_fact_scales_l_with_n_f(tmp_path):
+    """seq_len_per_fact: 4 gives each point L = 4·N_f (the paper's MQAR), enters the recipe
+    hash, and leaves the hash of a suite without it as it was."""
+    data = yaml.safe_load(TINY_SUITE)
+    d = tmp_path / "tiny"
+    d.mkdir()
+    (d / "suite.yaml").write_text(yaml.safe_dump(data))
+    before = lb.load_suite(d).recipe_sha256()
+    data["task"].pop("seq_len")
+    data["seq_len_per_fact"] = 4
+    (d / "suite.yaml").write_text(yaml.safe_dump(data))
+    suite = lb.load_suite(d)
+    lens = {p["num_facts"]: suite.point_config("designed", p)["task"]["seq_len"] for p in suite.points()}
+    assert lens == {nf: 4 * nf for nf in data["num_facts"]} and len(lens) >= 2
+    assert suite.recipe_sha256() != before
+    data["seq_len_per_fact"] = 5
+    (d / "suite.yaml").write_text(yaml.safe_dump(data))
+    assert lb.load_suite(d).recipe_sha256() != suite.recipe_sha256()
 
 
 def test_committed_suites_load():

@@ -108,6 +108,9 @@ def _note(suite: Suite, rows: list[dict]) -> str:
 def _title(suite: Suite) -> str:
     task = suite.data["task"]
     title = f"{suite.name}: accuracy vs state size ({task.get('name')} V={task.get('vocab_size')}"
+    per = suite.data.get("seq_len_per_fact")
+    if per:
+        return title + f", L={per}·N_f)"
     return title + (f", L={task['seq_len']})" if task.get("seq_len") else ")")
 
 

@@ -7,6 +7,7 @@ A suite (``leaderboards/<suite>/suite.yaml``, schema ``recallbench.suite/1``)::
     title: ...; description: ...
     task: {name: TASK, vocab_size: 128, seq_len: 64}    # fixed task parameters
     num_facts: [4, 8, 12, 16]            # the grid over N_f
+    seq_len_per_fact: 4                  # optional, instead of task.seq_len: L = 4·N_f
     budgets:                             # state-size budgets to compare at
       - name: D32-N8
         model: {d_model: 32, d_state: 8, n_layers: 1}
@@ -34,7 +35,7 @@ The learning rate comes in one of two ways:
 
 For an adapter, a point's run config is::
 
-    task  = suite.task + {num_facts}
+    task  = suite.task + {num_facts} (+ {seq_len: seq_len_per_fact · num_facts})
     model = {adapter} + suite.adapters[adapter] + budget.model + budget.adapters[adapter]
     train = suite.train + {seed, threads, device, progress: false} (+ {lr}: top-level lr)
 
@@ -56,8 +57,9 @@ MAX_SUITE_BYTES = 256 << 10
 SUITE_FILE = "suite.yaml"
 SUBMISSIONS_DIR = "submissions"
 SUITE_KEYS = {"schema", "name", "title", "description", "task", "num_facts", "budgets", "adapters",
-              "train", "lr", "seeds", "device", "threads", "tolerance", "scoring", "retired"}
-RECIPE_KEYS = ("task", "num_facts", "budgets", "adapters", "train", "lr", "seeds")
+              "train", "lr", "seeds", "device", "threads", "tolerance", "scoring", "retired",
+              "seq_len_per_fact"}
+RECIPE_KEYS = ("task", "num_facts", "budgets", "adapters", "train", "lr", "seeds", "seq_len_per_fact")
 SUITE_BUDGET_KEYS = {"name", "model", "adapters", "description"}
 
 
@@ -128,7 +130,8 @@ class Suite:
         Per-adapter settings are left out (adding one for a new adapter must not invalidate
         the others' submissions); validation checks them point by point instead.
         """
-        recipe = {k: self.data.get(k) for k in RECIPE_KEYS if k != "adapters"}
+        recipe = {k: self.data.get(k) for k in RECIPE_KEYS if k != "adapters"
+                  and (k in self.data or k != "seq_len_per_fact")}  # absent: older hashes stay
         recipe["budgets"] = [{"name": b["name"], "model": b["model"]} for b in self.budgets]
         return sha256_of(recipe)
 
@@ -175,6 +178,8 @@ class Suite:
         if self.data.get("threads") is not None:
             train["threads"] = self.data["threads"]
         task = {**copy.deepcopy(self.data["task"]), "num_facts": point["num_facts"]}
+        if self.data.get("seq_len_per_fact") is not None:  # L = c·N_f, as the paper's MQAR
+            task["seq_len"] = self.data["seq_len_per_fact"] * point["num_facts"]
         return {"task": task, "model": model, "train": train}
 
     def fixed_values(self, adapter: str, point: Mapping) -> dict:
@@ -205,6 +210,12 @@ def _check_task(data: Mapping, where: str) -> None:
     nf = data.get("num_facts")
     need(isinstance(nf, list) and nf and all(is_count(x, 1) for x in nf)
          and len(set(nf)) == len(nf), where, "num_facts must be a list of distinct positive integers")
+    per = data.get("seq_len_per_fact")
+    if per is not None:
+        need(is_count(per, 3) and per <= 64, where,
+             "seq_len_per_fact must be an integer from 3 to 64 (L = seq_len_per_fact · N_f > 2·N_f)")
+        need("seq_len" not in task, where,
+             "give task.seq_len or seq_len_per_fact, not both")
 
 
 def _check_budgets(data: Mapping, where: str) -> None:
