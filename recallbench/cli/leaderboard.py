@@ -7,6 +7,7 @@
     recallbench leaderboard validate FILE...        (or a suite folder: all its submissions)
     recallbench leaderboard verify FILE --sample K [--seed N] [--device cpu]
     recallbench leaderboard render SUITE_DIR... [--check] [--no-plot]
+    recallbench leaderboard states SUITE_DIR --out DIR [--view mean|best]
 """
 from __future__ import annotations
 
@@ -58,6 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="exit 1 if README.md or index.html is stale; write nothing")
     p.add_argument("--no-plot", action="store_true",
                    help="do not write the PNG (the page is then written without its figure)")
+
+    p = sub.add_parser("states", help="write the effective-state table of a suite's submissions "
+                       "(states.json, README.md, states.png; refused when any is invalid)")
+    p.add_argument("suite", help="suite folder")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder to write into")
+    p.add_argument("--view", choices=["mean", "best"], default="mean",
+                   help="mean over seeds (default, as the leaderboard) or best of seeds")
 
 
 def _model_sets(items: list[str] | None) -> dict:
@@ -204,5 +212,15 @@ def _render(args) -> int:
     return 1 if stale else 0
 
 
+def _states(args) -> int:
+    from recallbench.leaderboard.states import write_states
+
+    cmd = f"recallbench leaderboard states {args.suite} --out {args.out} --view {args.view}"
+    for m in write_states(args.suite, args.out, args.view, command=cmd):
+        print(m)
+    return 0
+
+
 def command(args) -> int:
-    return {"run": _run, "validate": _validate, "verify": _verify, "render": _render}[args.action](args)
+    return {"run": _run, "validate": _validate, "verify": _verify, "render": _render,
+            "states": _states}[args.action](args)
