@@ -11,6 +11,7 @@ The flow, one module per step::
     verify(sub, suite, k, seed=None)                       # run.py: re-run k sampled points
     render(suite.dir)                                      # render.py, plot.py, page.py:
                                                            # README, PNG, index.html
+    write_states(suite.dir, out)                           # states.py: S_eff/S across models
 
 Helpers: ``yaml_io`` (safe, size- and depth-limited YAML), ``checks`` (names, paths,
 bounded numbers, one-line errors), ``schema`` (every field's type and bounds),
