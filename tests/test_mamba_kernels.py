@@ -250,3 +250,35 @@ def test_ssd_batched_equals_ssd_minimal_discrete(chunks, initial):
         results.append([y, final, *grads])
     for ours, ref in zip(*results):
         assert torch.allclose(ours, ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("seqlen, width, bias", [(37, 4, True), (37, 4, False), (2, 4, True), (9, 1, True)])
+def test_causal_conv_matches_torch_conv1d(dtype, seqlen, width, bias):
+    """The (batch, L, d) causal depthwise conv with its own backward against F.conv1d (groups
+    = d, padding W − 1, cut to L): output and the gradients of x, weight and bias, including
+    a kernel wider than the sequence."""
+    import torch.nn.functional as F
+
+    from recallbench.adapters.cpu.mamba_ssm_kernels import causal_conv_blc
+
+    g = torch.Generator().manual_seed(seqlen + width)
+    x, w = torch.randn(3, seqlen, 6, generator=g, dtype=dtype), torch.randn(6, width, generator=g, dtype=dtype)
+    b = torch.randn(6, generator=g, dtype=dtype) if bias else None
+    up = torch.randn(3, seqlen, 6, generator=g, dtype=dtype)
+
+    def run(fn):
+        leaves = [t.clone().requires_grad_(True) for t in (x, w) + ((b,) if bias else ())]
+        out = fn(*leaves, *(() if bias else (None,)))
+        (out * up).sum().backward()
+        return [out.detach()] + [t.grad for t in leaves]
+
+    def reference(x, w, b):
+        y = F.conv1d(x.transpose(1, 2), w.unsqueeze(1), b, padding=w.shape[1] - 1, groups=w.shape[0])
+        return y[..., :x.shape[1]].transpose(1, 2)
+
+    ours, ref = run(causal_conv_blc), run(reference)
+    assert len(ours) == len(ref) == 3 + bias
+    tol = 1e-6 if dtype == torch.float32 else 1e-12
+    for i, (a, r) in enumerate(zip(ours, ref)):
+        assert a.shape == r.shape and rel(a, r) <= tol, (i, rel(a, r))

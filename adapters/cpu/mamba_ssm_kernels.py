@@ -34,17 +34,44 @@ import torch.nn.functional as F
 from .selective_scan_fused import selective_scan_cpu
 
 
+class _CausalConv(torch.autograd.Function):
+    """The causal depthwise conv in (batch, L, d) with a hand-written backward: each tap is one
+    in-place ``addcmul_`` on a shifted slice, forward and backward, with no padded copies
+    (autograd through pad, mul and add made three temporaries per tap and kept them all)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        seqlen, width = x.shape[1], weight.shape[1]
+        y = x * weight[:, -1] if bias is None else torch.addcmul(bias, x, weight[:, -1])
+        for j in range(width - 1):  # a loop over the kernel width, never over time
+            shift = width - 1 - j  # this tap reads x_{t − shift}
+            if shift < seqlen:
+                y[:, shift:].addcmul_(x[:, :seqlen - shift], weight[:, j])
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        seqlen, width = x.shape[1], weight.shape[1]
+        grad = grad.contiguous()
+        gx = grad * weight[:, -1]
+        gw = torch.zeros_like(weight)
+        gw[:, -1] = (grad * x).sum((0, 1))
+        for j in range(width - 1):
+            shift = width - 1 - j
+            if shift < seqlen:  # y_t reads x_{t−shift}: x_s gets g_{s+shift} · w_j
+                gx[:, :seqlen - shift].addcmul_(grad[:, shift:], weight[:, j])
+                gw[:, j] = (grad[:, shift:] * x[:, :seqlen - shift]).sum((0, 1))
+        return gx, gw, (grad.sum((0, 1)) if ctx.has_bias else None)
+
+
 def causal_conv_blc(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
     """Causal depthwise conv of x (batch, L, d) with weight (d, width) [+ bias (d,)] → (batch, L, d).
 
     y_t = Σ_j w_j ⊙ x_{t−(W−1)+j}: W shifted, scaled copies of x, as conv1d with padding W−1."""
-    width, seqlen = weight.shape[1], x.shape[1]
-    y = x * weight[:, -1] if bias is None else torch.addcmul(bias, x, weight[:, -1])
-    for j in range(width - 1):  # a loop over the kernel width, never over time
-        shift = width - 1 - j  # this tap reads x_{t − shift}
-        if shift < seqlen:
-            y = y + F.pad(x[:, :seqlen - shift], (0, 0, shift, 0)) * weight[:, j]
-    return y
+    return _CausalConv.apply(x, weight, bias)
 
 
 def causal_conv1d_cpu(x, weight, bias=None, seq_idx=None, initial_states=None,
