@@ -77,9 +77,16 @@ def group_norm_forward(self, x, residual=None, prenorm=False, residual_in_fp32=F
     """fla.modules.GroupNorm.forward in torch: per-group layer (or RMS) norm, then affine."""
     x_in, res = _with_residual(x, residual, residual_in_fp32)
     G = self.num_groups
+    if not self.is_rms_norm:  # a layer norm per group: torch's layer_norm, the same maths
+        xf = x_in.float()
+        w, b = (None if t is None else t.float() for t in (self.weight, self.bias))
+        if G == 1:
+            y = F.layer_norm(xf, xf.shape[-1:], w, b, self.eps)
+        else:
+            y = _affine(F.layer_norm(xf.unflatten(-1, (G, -1)), (xf.shape[-1] // G,),
+                                     eps=self.eps).flatten(-2), w, b)
+        return (y.to(x.dtype), res) if prenorm else y.to(x.dtype)
     xf = x_in.float().unflatten(-1, (G, -1))
-    if not self.is_rms_norm:
-        xf = xf - xf.mean(-1, keepdim=True)
     y = (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + self.eps)).flatten(-2)
     y = _affine(y, self.weight, self.bias).to(x.dtype)
     return (y, res) if prenorm else y

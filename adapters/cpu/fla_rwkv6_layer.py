@@ -24,6 +24,21 @@ import torch
 import torch.nn.functional as F
 
 
+class _Interpolate(torch.autograd.Function):
+    """X = x + Δ ⊙ m for the five mixes at once: x, Δ (1, N, D), m (5, N, D).  Its backward
+    is the three products the maths needs (torch's addcmul adds a pass for its scalar)."""
+
+    @staticmethod
+    def forward(ctx, x, delta, m):
+        ctx.save_for_backward(delta, m)
+        return torch.addcmul(x, delta, m)
+
+    @staticmethod
+    def backward(ctx, grad):
+        delta, m = ctx.saved_tensors
+        return grad.sum(0, keepdim=True), (grad * m).sum(0, keepdim=True), grad * delta
+
+
 def _gate(fn, g: torch.Tensor) -> torch.Tensor:
     """fla's swish gate (an autograd Function over its kernels) as torch's silu, whose
     backward is one op; any other gate as fla's."""
@@ -51,7 +66,7 @@ def rwkv6_attention_forward(self, hidden_states, attention_mask=None, past_key_v
     a = a.view(B * T, 5, r_dim).transpose(0, 1)  # (5, B·T, r)
     up = self.x_proj[2].weight.view(D, 5, r_dim).permute(1, 2, 0)  # (5, r, D)
     m = torch.baddbmm(self.x_bias.unsqueeze(1), a, up)  # (5, B·T, D): m^(i) + b^(i)
-    X = torch.addcmul(x.reshape(1, B * T, D), delta.reshape(1, B * T, D), m)  # (5, B·T, D)
+    X = _Interpolate.apply(x.reshape(1, B * T, D), delta.reshape(1, B * T, D), m)  # (5, B·T, D)
     projs = (self.r_proj, self.w_proj, self.k_proj, self.v_proj, self.g_proj)
     # unbind, not X[i]: the backward of five selects would zero-fill a (5, B·T, D) gradient each
     r, w, k, v, g = (p.linear(Xi).view(B, T, -1) for p, Xi in zip(projs, X.unbind(0)))
