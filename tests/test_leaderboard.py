@@ -144,6 +144,23 @@ def test_seq_len_per_fact_scales_l_with_n_f(tmp_path):
     lens = {p["num_facts"]: suite.point_config("designed", p)["task"]["seq_len"] for p in suite.points()}
     assert lens == {nf: 4 * nf for nf in data["num_facts"]} and len(lens) >= 2
     assert suite.recipe_sha256() != before
+    # a submission of it: each point's L in its delta, checked against the suite's
+    counts = lb.run_suite(suite, "designed", tmp_path / "store", log=lambda m: None)
+    assert counts["failed"] == 0 and counts["ran"] == len(suite.points())
+    sub = lb.build_submission(suite, lb.load_store_records([tmp_path / "store"]), "designed")
+    path = d / "submissions" / "designed.yaml"
+    lb.write_submission(sub, path)
+    lb.validate_file(path)
+    point = next(p for b in sub["budgets"] for p in b["points"]
+                 if (p.get("delta") or {}).get("task", {}).get("seq_len") == 32)
+    point["delta"]["task"]["seq_len"] = 40  # not 4·N_f, with its hashes made consistent
+    budget = next(b for b in sub["budgets"] if point in b["points"])
+    point["config_hash"] = config_hash(lb.merge_config(budget["config"], point["delta"]))
+    sub["sha256"] = lb.content_sha256(sub)
+    path.write_text(lb.dump_yaml(sub))
+    with pytest.raises(ConfigError, match=r"config does not follow the suite: task.seq_len = 40, "
+                                          r"the suite fixes 32"):
+        lb.validate_file(path)
     data["seq_len_per_fact"] = 5
     (d / "suite.yaml").write_text(yaml.safe_dump(data))
     assert lb.load_suite(d).recipe_sha256() != suite.recipe_sha256()

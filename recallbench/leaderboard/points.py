@@ -2,8 +2,8 @@
 
 A submission stores each budget's full ``config`` once and each point's ``delta`` from it
 (per section); the point's config is ``merge_config(budget config, delta)``.  Within one
-budget only the grid's own keys (N_f, seed, and lr where the suite has an lr grid) and
-execution keys may differ: one model config per submission.  A point follows the suite when its config holds every value the
+budget only the grid's own keys (N_f, with L in a suite whose L grows with N_f; seed; lr
+where the suite has an lr grid) and execution keys may differ: one model config per submission.  A point follows the suite when its config holds every value the
 suite fixes for it (:meth:`Suite.fixed_values`).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from recallbench.api.errors import ConfigError
 from recallbench.leaderboard.checks import is_int, is_num, need, short
 
 # what may differ between the points of one budget: the grid's own keys and execution keys
-DELTA_ALLOWED = {"task": {"num_facts"}, "model": set(),
+DELTA_ALLOWED = {"task": {"num_facts", "seq_len"}, "model": set(),  # seq_len: suites with L ∝ N_f
                  "train": {"lr", "seed", *EXECUTION_KEYS["train"]}}
 
 
@@ -55,7 +55,7 @@ def check_delta(delta: Mapping, where: str) -> None:
     for section, values in delta.items():
         extra = sorted(set(values) - DELTA_ALLOWED.get(section, set()))
         need(not extra, where, f"{section}.{extra[0] if extra else ''} differs between the points "
-             "of one budget; only N_f, lr and seed may (one model config per submission)")
+             "of one budget; only N_f (and L), lr and seed may (one model config per submission)")
 
 
 def merge_config(base: Mapping, delta: Mapping) -> dict:
