@@ -443,6 +443,10 @@ def test_leaderboard_rows_rank_by_capacity_per_bit(tiny):
     assert [r["model"] for r in rows] == ["designed-ref", "bigger-state", "attn"]
     text = lb.render_markdown(tiny["suite"], rows)
     assert "grows with L" in text
+    # a file with rows at two budgets is listed once among the submissions
+    two = lb.render_markdown(tiny["suite"], rows + [{**rows[0], "budget": "other"}])
+    listed = two.split("Submissions (in")[1]
+    assert listed.count("`a.yaml`") == 1 and listed.count("`b.yaml`") == 1
     png = lb.render_plot(tiny["suite"], rows, tiny["root"] / "plot.png")
     assert png.stat().st_size > 1000
 

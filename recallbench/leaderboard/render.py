@@ -60,7 +60,11 @@ def _submission_lines(suite: Suite, rows: list[dict]) -> list[str]:
              "The same table, sortable, with the figure and a card per model: `index.html` "
              "(self-contained; open it in a browser).", "",
              "Submissions (in `submissions/`; check with `recallbench leaderboard validate`):", ""]
-    for r in rows:
+    listed = set()
+    for r in rows:  # one row per budget: each file once, in rank order
+        if r["file"] in listed:
+            continue
+        listed.add(r["file"])
         lib = r["library"]
         lines.append(f"- `{r['file']}`: {r['model']} ({lib.get('name')} {lib.get('version') or ''}"
                      f"{', ' + lib['class'] if lib.get('class') else ''}), sha256 {r['sha']}…")
