@@ -14,6 +14,7 @@ pytest.importorskip("fla")
 from recallbench.adapters.cpu.fla_swaps import SWAPS  # noqa: E402
 
 TOL = 1e-5
+pytestmark = pytest.mark.filterwarnings("ignore:According to Bo")  # fla's notice on building RWKV6
 
 
 def _layer(dtype):
