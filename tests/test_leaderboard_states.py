@@ -192,3 +192,20 @@ def test_the_verdict_names_unresolved_rankings_from_the_intervals():
     assert "Rankings not resolved (overlapping 90% intervals of neighbours): alpha vs beta; gamma vs delta." in text
     text = states.verdict(rows[1:3], 0.95)
     assert "ahead of every other model at 95%" in text and "resolved at 95% (no overlap)" in text
+
+
+@pytest.mark.slow
+def test_the_committed_study_is_not_stale(tmp_path):
+    """docs/results/effective_state is the table of the committed cpu-v2 submissions: written
+    again from them with its own command, its README.md (every number in it) is the same."""
+    root = Path(__file__).resolve().parents[1]
+    study = root / "docs" / "results" / "effective_state"
+    committed = json.loads((study / "states.json").read_text())
+    suite_arg = "leaderboards/cpu-v2"
+    command = committed["command"]
+    assert command.startswith(f"recallbench leaderboard states {suite_arg} --out docs/results/effective_state")
+    states.write_states(root / suite_arg, tmp_path, view=committed["view"], command=command)
+    fresh = json.loads((tmp_path / "states.json").read_text())
+    assert [r["model"] for r in fresh["submissions"]] == [r["model"] for r in committed["submissions"]], (
+        "docs/results/effective_state is stale: run `" + command + "`")
+    assert (tmp_path / "README.md").read_text() == (study / "README.md").read_text()
