@@ -268,7 +268,9 @@ def test_no_worker_outlives_its_driver_and_resume_completes(cli, tmp_path, signu
         if proc.poll() is None:
             proc.kill()
     if signum != signal.SIGKILL:
-        assert stopped < 4, f"stopping took {stopped:.1f} s"
+        # the driver gives its workers 1 s after SIGTERM, then kills them: 10 s leaves room
+        # for a loaded 2-core machine (4.8 s seen once against the former bound of 4 s)
+        assert stopped < 10, f"stopping took {stopped:.1f} s"
         lines = err.strip().splitlines()
         assert proc.returncode == (143 if signum == signal.SIGTERM else 130)
         assert lines[0] == "recallbench: stopping 2 workers..." and len(lines) == 2, err
