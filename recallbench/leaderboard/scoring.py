@@ -71,19 +71,23 @@ def scoring_entry(suite: Suite) -> dict:
         "mean": "mean over seeds (counts pooled)", "best": "best of seeds (paper convention)"}}
 
 
-def budget_scores(report: Mapping, budget_model: Mapping) -> dict:
-    """The scorer's per-configuration entry matching a budget (one group expected)."""
+def config_entry(report: Mapping, model: Mapping) -> tuple[dict | None, dict | None]:
+    """The scorer's per-configuration entry of one model config (D, N, Λ), and its group."""
+    key = (model.get("d_model"), model.get("d_state"), model.get("n_layers", 1))
     for g in report.get("groups", []):
         for entry in g.get("configs", []):
-            if (entry.get("d_model") == budget_model.get("d_model")
-                    and entry.get("d_state") == budget_model.get("d_state")
-                    and entry.get("n_layers") == budget_model.get("n_layers", 1)):
-                out = {}
-                for view in ("mean", "best"):
-                    e = entry.get(view) or {}
-                    if "error" in e:
-                        out[view] = {"error": e["error"]}
-                        continue
-                    out[view] = {k: e.get(k) for k in SCORE_KEYS}
-                return out
-    return {"mean": {"error": "no score"}, "best": {"error": "no score"}}
+            if (entry.get("d_model"), entry.get("d_state"), entry.get("n_layers")) == key:
+                return entry, g
+    return None, None
+
+
+def budget_scores(report: Mapping, budget_model: Mapping) -> dict:
+    """The scorer's per-configuration entry matching a budget (one group expected)."""
+    entry, _ = config_entry(report, budget_model)
+    if entry is None:
+        return {"mean": {"error": "no score"}, "best": {"error": "no score"}}
+    out = {}
+    for view in ("mean", "best"):
+        e = entry.get(view) or {}
+        out[view] = {"error": e["error"]} if "error" in e else {k: e.get(k) for k in SCORE_KEYS}
+    return out

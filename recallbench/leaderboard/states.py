@@ -29,7 +29,7 @@ from typing import Any, Mapping
 from recallbench.api.canonical import plain
 from recallbench.api.errors import ConfigError
 from recallbench.leaderboard.board import valid_board
-from recallbench.leaderboard.scoring import point_records, score_records
+from recallbench.leaderboard.scoring import config_entry, point_records, score_records
 from recallbench.leaderboard.suite import SUBMISSIONS_DIR, Suite, load_suite
 from recallbench.leaderboard.table import fmt, unconverged_by_nf
 
@@ -52,12 +52,10 @@ def _config_entry(report: Mapping, model: Mapping) -> tuple[dict | None, str | N
     """The scorer's entry of one model configuration (D, N, Λ), and the task's law family."""
     from recallbench.law import declared
 
-    for g in report.get("groups", []):
-        for entry in g.get("configs", []):
-            if (entry.get("d_model"), entry.get("d_state"), entry.get("n_layers")) == (
-                    model.get("d_model"), model.get("d_state"), model.get("n_layers", 1)):
-                return entry, declared.task_family(g["task"].get("name", "mqar"))
-    return None, None
+    entry, group = config_entry(report, model)
+    if entry is None:
+        return None, None
+    return entry, declared.task_family(group["task"].get("name", "mqar"))
 
 
 def _capacity_ci(budget: Mapping, e: Mapping, family: str, suite: Suite) -> list[float]:
