@@ -17,8 +17,9 @@ Config mapping, shared by all adapters (per-adapter exceptions in each class):
   D_in·N.  HGRN2, Based and GSA have no value expansion (P = D/M; GSA's output
   norm is d_model wide, so fla's GSA breaks with expand_v != 1).
 * ``d_conv`` → ``use_short_conv = d_conv > 1``, ``conv_size = d_conv`` where the
-  layer has a short convolution; ignored by RWKV6 (built-in token shift), Based and
-  LinearAttention (none).
+  layer has a short convolution; ignored by RWKV6 (built-in token shift).  Based and
+  LinearAttention have none: for them ``d_conv > 1`` puts a causal depthwise conv of that
+  width in front of the layer (:class:`.linear_attn.ConvFront`), as for attention.
 * ``options`` → other keyword arguments of the layer, plus the block options
   (:mod:`.base`).
 

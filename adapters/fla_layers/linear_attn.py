@@ -4,7 +4,18 @@ Per head the sum h_t = h_{t−1} + φ(k_t)ᵀ v_t of F × P outer products, read
 (no decay), F the width of the feature map φ.  LinearAttention takes φ from a list
 (F = N; hedgehog 2N, dpfp 8N) and may normalise by φ(q_t) Σ φ(k_τ)ᵀ, one more column of
 state; Based uses the 2nd-order Taylor map of exp(q·k), F = 1 + N + N(N+1)/2, always
-normalised.  Neither has a short convolution.
+normalised.
+
+Neither layer has a short convolution, and without one a single layer cannot bind a key
+to the value that follows it: a query reads a sum over keys that carry no trace of their
+neighbours, so one-layer MQAR stays at the guess (cpu-v2 with ``d_conv = 1``: 0.19–0.22
+at N_f = 4, 0.03 at N_f = 32, at all three budgets).  Based's own architecture
+interleaves it with short gated convolutions (BaseConv), and Zoology's recall baselines
+give every mixer a short conv.  So, as the attention adapter does, these adapters put a
+causal depthwise conv of width ``d_conv`` in front of fla's layer, ``mixer(x) =
+Layer(Conv1D(x))`` on the d_model channels (:class:`ConvFront`); ``d_conv = 1`` builds
+fla's layer alone.  The conv's (d_conv − 1)·D buffer is not counted as state, as for
+every adapter's short conv.
 """
 from __future__ import annotations
 
@@ -17,7 +28,41 @@ from torch import nn
 from recallbench.api.fields import fail
 from recallbench.api.registry import ADAPTERS
 
+from ..linear_mamba import CausalDepthwiseConv
 from .base import BlockOptions, FlaAdapter, NormOptions
+
+
+class ConvFront(nn.Module):
+    """``layer(Conv1D(x))``: a causal depthwise conv of width W over the D input channels,
+    then fla's layer (kept as ``.layer``; its output tuple is passed through)."""
+
+    def __init__(self, layer: nn.Module, d_model: int, width: int):
+        super().__init__()
+        self.conv = CausalDepthwiseConv(d_model, width)
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor):  # (B, L, D) -> fla's (output (B, L, D), attentions, cache)
+        return self.layer(self.conv(x))
+
+
+class _ConvFrontAdapter(FlaAdapter):
+    """Builds :class:`ConvFront` around the layer when d_conv > 1; the state is the layer's."""
+
+    def make_layer(self, layer_idx: int = 0) -> nn.Module:
+        layer = super().make_layer(layer_idx)
+        return ConvFront(layer, self.cfg.d_model, self.cfg.d_conv) if self.cfg.d_conv > 1 else layer
+
+    def layer_state(self, layer) -> int:
+        return self.fla_state(getattr(layer, "layer", layer))
+
+    def fla_state(self, layer) -> int:
+        """Recurrent-state scalars of fla's built layer."""
+        raise NotImplementedError
+
+    def state_note(self) -> str:
+        conv = (f"; a short conv of width {self.cfg.d_conv} in front of the layer, its "
+                f"{self.cfg.d_conv - 1}·D buffer not counted" if self.cfg.d_conv > 1 else "")
+        return f"{self.state_formula} (recurrent state of {self.library_class}{conv})"
 
 
 def _feature_dim(feature_map, head_k_dim: int) -> int:
@@ -31,10 +76,10 @@ def _feature_dim(feature_map, head_k_dim: int) -> int:
 
 
 @ADAPTERS.register("linear-attention")
-class LinearAttention(FlaAdapter, layer="fla.layers.linear_attn.LinearAttention",
+class LinearAttention(_ConvFrontAdapter, layer="fla.layers.linear_attn.LinearAttention",
                        cpu=("fla.ops.linear_attn.naive",)):
     description = ("fla LinearAttention (Katharopoulos et al. 2020) with a chosen feature map φ; "
-                   "d_state = head_k_dim before φ, expand = expand_v; no short conv")
+                   "d_state = head_k_dim before φ, expand = expand_v; a short conv of width d_conv in front")
     state_formula = ("Λ · M · F · (expand·D/M) = Λ · expand · D · F,  F = width of φ (N; hedgehog 2N, dpfp 8N)"
                      " (+ Λ · M · F with do_feature_map_norm)")
     has_short_conv = False
@@ -49,7 +94,7 @@ class LinearAttention(FlaAdapter, layer="fla.layers.linear_attn.LinearAttention"
         do_feature_map_norm: bool = False
         mode: str | None = None  # chunk | fused_chunk | fused_recurrent
 
-    def layer_state(self, layer):
+    def fla_state(self, layer):
         F_ = _feature_dim(layer.feature_map_q, layer.head_k_dim)
         return layer.num_heads * F_ * (layer.head_v_dim + (1 if layer.do_feature_map_norm else 0))
 
@@ -61,10 +106,11 @@ class LinearAttention(FlaAdapter, layer="fla.layers.linear_attn.LinearAttention"
 
 
 @ADAPTERS.register("based")
-class Based(FlaAdapter, layer="fla.layers.based.BasedLinearAttention",
+class Based(_ConvFrontAdapter, layer="fla.layers.based.BasedLinearAttention",
              cpu=("fla.ops.based.naive", "fla.ops.linear_attn.naive")):
     description = ("fla BasedLinearAttention (Arora et al. 2024): 2nd-order Taylor feature map of "
-                   "exp(q·k); d_state = feature_dim (pre-map), no value expansion, no short conv")
+                   "exp(q·k); d_state = feature_dim (pre-map), no value expansion; a short conv of "
+                   "width d_conv in front")
     state_formula = "Λ · M · F · (D/M + 1),  F = 1 + N + N(N+1)/2 (Taylor features; +1: the normaliser)"
     has_short_conv = False
 
@@ -83,7 +129,7 @@ class Based(FlaAdapter, layer="fla.layers.based.BasedLinearAttention",
         return {"hidden_size": cfg.d_model, "feature_dim": cfg.d_state, "num_heads": cfg.n_heads,
                 "num_key_value_heads": cfg.n_heads, **self._option_kwargs()}
 
-    def layer_state(self, layer):
+    def fla_state(self, layer):
         F_ = _feature_dim(layer.feature_map, layer.head_k_dim)
         return layer.num_heads * F_ * (layer.head_v_dim + 1)
 
