@@ -490,6 +490,24 @@ def test_committed_submission_is_valid(path):
     assert sub["suite"] == suite.name == path.parent.parent.name
 
 
+@pytest.mark.parametrize("path", COMMITTED, ids=[f"{p.parent.parent.name}/{p.name}" for p in COMMITTED])
+def test_committed_submission_was_run_with_the_committed_adapter_code(path):
+    """A submission to an open suite by a built-in adapter carries the source hash of the
+    adapter code in this checkout: editing an adapter means re-running its submissions."""
+    from recallbench.api.provenance import provenance
+    from recallbench.api.registry import ADAPTERS
+
+    sub, suite, _ = lb.validate_file(path)
+    adapter = sub["model"]["adapter"]
+    then = (sub["model"].get("provenance") or {}).get("source_sha256")
+    if suite.retired or then is None:
+        pytest.skip("a retired suite, or a submission from before records had provenance")
+    if not ADAPTERS.get(adapter).availability()[0]:
+        pytest.skip(f"{adapter} is not available here")
+    assert provenance(adapter)["source_sha256"] == then, (
+        f"{path}: the {adapter} adapter's code changed since this submission was run; re-run it")
+
+
 @pytest.mark.parametrize("suite_dir", lb.suite_dirs(REPO / "leaderboards"),
                          ids=lambda p: p.name)
 def test_committed_readme_is_not_stale(suite_dir):
