@@ -137,6 +137,39 @@ def test_other_adapters_batch_and_match():
             assert rec["steps"] == ref["steps"]
 
 
+def _builtin_adapters():
+    import recallbench.adapters  # noqa: F401  (registers the built-ins)
+    names = [n for n in ADAPTERS.names()  # designed: fixed weights, nothing to search
+             if ADAPTERS.origin(n) == "built-in" and ADAPTERS.get(n).trainable]
+    # retnet: fla's rotary embedding caches cos/sin tables on its first call; inside vmap
+    # they held that call's K members, and testing the one chosen member failed (every
+    # point of its first cpu-v2 run)
+    return [pytest.param(n, marks=() if n == "retnet" else pytest.mark.slow) for n in names]
+
+
+@pytest.mark.parametrize("name", _builtin_adapters())
+def test_every_builtin_adapter_searches_batched_as_one_by_one_or_is_refused(name):
+    """An lr search of two candidates as one ensemble (then only the chosen member tested)
+    gives the sequential search's lr, steps and test accuracy within 0.01, or the
+    ensemble refuses the adapter with a one-line EnsembleError before training."""
+    from recallbench.harness.lr_search import run_search
+
+    ok, why = ADAPTERS.get(name).availability()
+    if not ok:
+        pytest.skip(why)
+    c = resolve(cfg(0, model={"adapter": name, "d_model": 8, "d_state": 4, "n_heads": 1},
+                    max_steps=10, lr=[1e-3, 3e-2]))
+    try:
+        batched = run_search(c, torch.device("cpu"), show=False, batched=True)
+    except EnsembleError as exc:
+        assert name in str(exc) and "\n" not in str(exc)
+        return
+    sequential = run_search(c, torch.device("cpu"), show=False, batched=False)
+    assert batched["ensemble"] == 2
+    assert batched["lr"] == sequential["lr"] and batched["steps"] == sequential["steps"]
+    assert batched["accuracy"] == pytest.approx(sequential["accuracy"], abs=0.01)
+
+
 class _NoVmapBlock(torch.nn.Module):
     def __init__(self, d):
         super().__init__()

@@ -35,6 +35,20 @@ class FunctionalModel:
 
     def __init__(self, model: RecallModel):
         self.base = copy.deepcopy(model).to("meta")
+        self._plain = [(m, _plain_attrs(m)) for m in self.base.modules()]
+
+    def _forget_caches(self) -> None:
+        """Put back every module's plain tensor and number attributes as they were built.
+
+        Some layers cache tensors computed from their buffers on the first call (fla's
+        rotary embedding keeps cos/sin tables).  Inside vmap the buffers are the stacked
+        members', so such a cache holds one vmap level's batched tensors; a later call
+        reusing it fails or mixes members.  Dropping the caches after each vmapped call
+        makes each call recompute them for its own members."""
+        for m, attrs in self._plain:
+            for k in [k for k, v in vars(m).items() if k not in attrs and _is_plain(v)]:
+                delattr(m, k)
+            m.__dict__.update(attrs)
 
     @staticmethod
     def _sub(state: Tensors, prefix: str) -> Tensors:
@@ -58,8 +72,11 @@ class FunctionalModel:
 
     def hidden(self, params, buffers, tokens, shared_tokens: bool = False):
         """tokens (K, B, L) (or (B, L) shared by all members) -> h (K, B, L, D)."""
-        return vmap(self.hidden_one, in_dims=(0, 0, None if shared_tokens else 0))(
-            params, buffers, tokens)
+        try:
+            return vmap(self.hidden_one, in_dims=(0, 0, None if shared_tokens else 0))(
+                params, buffers, tokens)
+        finally:
+            self._forget_caches()
 
     def readout(self, params, buffers, h):
         """h (K, Q, D) -> logits (K, Q, V)."""
@@ -71,6 +88,18 @@ class FunctionalModel:
         normed = vmap(self.normed_one)(params, buffers, h)
         W = {**params, **buffers}["embedding.weight"]
         return linear_cross_entropy(normed, W, answers, weights, smoothing)
+
+
+def _is_plain(v: Any) -> bool:
+    """A module attribute a layer may use as a cache: a tensor, a number or None (a flag such
+    as ``training`` is not one)."""
+    return v is None or (isinstance(v, (torch.Tensor, int, float)) and not isinstance(v, bool))
+
+
+def _plain_attrs(m: nn.Module) -> dict[str, Any]:
+    """``m``'s own :func:`_is_plain` attributes (its parameters, buffers and submodules
+    live in their own tables, not among them)."""
+    return {k: v for k, v in vars(m).items() if _is_plain(v)}
 
 
 def take(state: Tensors, idx: torch.Tensor | None) -> Tensors:
@@ -105,11 +134,13 @@ class StackedModels:
         self.test_set = fixed_set(cfgs[0].task, tc.test_size, TEST_STREAM)
 
     def check_vmap(self) -> None:
-        """The vmapped forward must run and match the plain forward of each member."""
+        """The vmapped forward must run and match the plain forward of each member, on its
+        second call too (a layer that keeps state between calls would differ there)."""
         probe = self.val_set[0][:2].to(self.device)
         name = self.cfgs[0].model.adapter
         try:
             with torch.no_grad():
+                self.fn.hidden(self.params, self.fixed, probe, shared_tokens=True)
                 h = self.fn.hidden(self.params, self.fixed, probe, shared_tokens=True)
                 B, L, D = h.shape[1:]
                 logits = self.fn.readout(self.params, self.fixed, h.reshape(self.K, B * L, D))
