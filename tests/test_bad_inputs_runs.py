@@ -236,9 +236,13 @@ def _start_sweep(tmp_path):
                                           "train": SLOW_TRAIN},
                                  "axes": {"train.seed": [0, 1, 2, 3, 4, 5]}})
     argv = ["sweep", path, "--store", "st", "--executor", "processes", "--workers", "2"]
+    # SIGINT at its default in the driver, as at a terminal: a shell that starts a job in the
+    # background (`cmd &` in a script) makes it ignore SIGINT, and Python then keeps ignoring
+    # it, which would leave the SIGINT case testing nothing but how CI was started
     proc = subprocess.Popen([sys.executable, "-m", "recallbench.cli.main", *argv], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     results = tmp_path / "st" / "results.jsonl"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
