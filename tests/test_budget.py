@@ -1,5 +1,5 @@
-"""The time budget shared by `sweep` and `leaderboard run` (recallbench.runs.budget): waves
-of whole rounds, the stop before a round that would overrun, resuming through the store,
+"""The time budget shared by `sweep` and `leaderboard run` (recallbench.runs.budget): the
+gate that starts an item on each free worker, the stop before an item that would overrun, resuming through the store,
 the last line and exit status, and the estimate of how many budget-sized calls a grid needs.
 
 A fake clock advances a fixed time per point, so no test waits; the `designed` adapter
@@ -15,7 +15,7 @@ import yaml
 from recallbench.api.config import resolve
 from recallbench.api.errors import ConfigError
 from recallbench.runs import budget
-from recallbench.runs.budget import EXIT_BUDGET, ending, estimate, wave_size, waves
+from recallbench.runs.budget import EXIT_BUDGET, Gate, ending, estimate
 
 TASK = {"name": "mqar", "vocab_size": 32, "seq_len": 16, "num_facts": 4}
 TRAIN = {"max_steps": 0, "val_size": 16, "test_size": 16, "batch_size": 8, "progress": False}
@@ -30,38 +30,68 @@ def _sweep(tmp_path, adapter="designed", seeds=(0, 1, 2), **train) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("left, parallel, budget_s, elapsed, round_s, want", [
-    (10, 2, None, 0.0, None, 10),   # no budget: everything at once
-    (10, 2, 60.0, 0.0, None, 2),    # nothing timed yet: one round
-    (10, 2, 60.0, 10.0, 10.0, 10),  # 5 rounds fit: all 10 points
-    (10, 2, 60.0, 35.0, 10.0, 4),   # 2 rounds fit
-    (10, 2, 60.0, 55.0, 10.0, 0),   # no round fits: stop
-    (1, 4, 60.0, 0.0, None, 1),
-])
-def test_wave_size(left, parallel, budget_s, elapsed, round_s, want):
-    assert wave_size(left, parallel, budget_s, elapsed, round_s) == want
+def _simulate(durations, parallel: int, budget_s: float | None):
+    """``parallel`` workers on a fake clock take the items in order, each asking the gate
+    when it is free (as the executors do); the items that finish together are told before
+    any worker asks again.  Returns the items run, in start order, and the time it ended."""
+    now, running, ran = [0.0], [], []
+    gate = Gate(budget_s, clock=lambda: now[0])
+    todo = list(range(len(durations)))
+    while True:
+        while todo and len(running) < parallel:
+            i = todo.pop(0)
+            if not gate.admit(i):
+                todo.clear()
+                break
+            ran.append(i)
+            running.append((now[0] + durations[i], i))
+        if not running:
+            return ran, now[0]
+        now[0] = min(end for end, _ in running)
+        for end, i in [r for r in running if r[0] == now[0]]:
+            running.remove((end, i))
+            gate.finished(i)
 
 
-def test_waves_stop_before_a_round_that_would_overrun():
-    """Rounds of 3 items (parallel 3), 10 s each: a 45 s budget runs the first round, then
-    the 3 rounds the 35 s left hold, and stops with 2 items never started."""
+def test_gate_without_budget_admits_everything():
+    assert _simulate([10.0] * 7, 2, None) == (list(range(7)), 40.0)
+
+
+def test_gate_stops_before_an_item_that_would_overrun():
+    """Items of 10 s on 3 workers, a 45 s budget: 3 start at once, 3 more at 10, 20 and
+    30 s (the time left holds 10 s), none at 40 s (5 s left); 2 items never start."""
+    ran, end = _simulate([10.0] * 14, 3, 45.0)
+    assert ran == list(range(12)) and end == 40.0
+
+
+def test_gate_takes_the_slowest_item_seen():
+    """One worker: an item of 5 s, then items of 20 s, a 60 s budget: after the first the
+    estimate is 5 s, after the second 20 s; the third starts at 25 s (35 s left), the
+    fourth would start at 45 s with 15 s left, and does not."""
+    ran, end = _simulate([5.0] + [20.0] * 10, 1, 60.0)
+    assert ran == [0, 1, 2] and end == 45.0
+
+
+def test_a_free_worker_does_not_wait_for_a_long_item():
+    """A 100 s item beside 10 s ones, two workers, 150 s: the second worker keeps taking
+    10 s items while the long one runs, until the long one's own running time (k·10 s at
+    k·10 s) says the time left would not hold another: 8 short items,
+    9 items in all, done at 100 s.  Rounds that wait for their slowest item would have
+    run the first two only (one 100 s round, then 50 s left)."""
+    ran, end = _simulate([100.0] + [10.0] * 20, 2, 150.0)
+    assert ran == list(range(9)) and end == 100.0
+
+
+def test_gate_refuses_for_good_and_forgets_lost_items():
     now = [0.0]
-    ran = []
-    for wave in waves(list(range(14)), 3, 45.0, clock=lambda: now[0]):
-        ran.append(list(wave))
-        now[0] += 10.0 * -(-len(wave) // 3)
-    assert ran == [[0, 1, 2], list(range(3, 12))]
-    assert now[0] == 40.0
-    assert [list(w) for w in waves(list(range(5)), 2, None)] == [list(range(5))]
-
-
-def test_waves_use_the_slowest_round_seen():
-    """A round that slows down (5 s, then 20 s) shrinks the next wave to what 20 s rounds fit."""
-    now, lengths = [0.0], []
-    for i, wave in enumerate(waves(list(range(20)), 1, 60.0, clock=lambda: now[0])):
-        lengths.append(len(wave))
-        now[0] += (5.0 if i == 0 else 20.0) * len(wave)
-    assert lengths[:2] == [1, 11] and sum(lengths) == 12
+    gate = Gate(20.0, clock=lambda: now[0])
+    assert gate.admit("a") and gate.admit("b")
+    now[0] = 12.0
+    gate.forget("b")  # lost with its worker: its 12 s say nothing about items
+    gate.finished("a")
+    assert gate.estimate(now[0]) == 12.0 and not gate.admit("c")
+    now[0] = 0.0  # the refusal stands, whatever the clock says next
+    assert not gate.admit("d") and gate.running == {}
 
 
 @pytest.mark.parametrize("counts, budget_s, want_line, want_status", [
@@ -183,3 +213,70 @@ def test_budget_stops_a_real_sweep_and_resumes(cli_subprocess, tmp_path):
     assert "all done" in out.splitlines()[-1]
     lines = (tmp_path / "st" / "results.jsonl").read_text().splitlines()
     assert len(lines) == 2 == len({json.loads(x)["config_hash"] for x in lines})
+
+
+class _CountingGate(Gate):
+    """A gate without a budget that admits ``n`` items and records the most in flight."""
+
+    def __init__(self, n: int):
+        super().__init__(None)
+        self.n, self.admitted, self.most = n, [], 0
+
+    def admit(self, item) -> bool:
+        if len(self.admitted) >= self.n:
+            return False
+        self.admitted.append(item)
+        self.running[item] = 0.0
+        self.most = max(self.most, len(self.running))
+        return True
+
+
+def test_process_workers_take_items_only_as_the_gate_admits():
+    """Two real worker processes, five `designed` points, a gate that admits three: three
+    records come back, never more than two items were out at once (none queued ahead of
+    the gate), and every admitted item was told finished."""
+    from recallbench.runs.executors import Processes
+
+    cfg = resolve({"task": TASK, "model": {"adapter": "designed", "d_model": 8, "d_state": 4},
+                   "train": TRAIN}).to_dict()
+    gate, ex = _CountingGate(3), Processes(2)
+    try:
+        got = dict(ex.run([[cfg]] * 5, gate=gate))
+    finally:
+        ex.close()
+    assert sorted(got) == sorted(gate.admitted) == [0, 1, 2]
+    assert all(r[0]["status"] == "ok" for r in got.values()), got
+    assert gate.most == 2 and gate.running == {}
+
+
+def test_ray_submits_only_what_the_gate_admits(monkeypatch):
+    """A fake cluster of two slots: with a gate, at most two tasks are out at once and the
+    ones refused are never submitted; without one, all go at once (the queue is Ray's)."""
+    from recallbench.runs import ray_executor
+
+    class Cluster:
+        def __init__(self):
+            self.out, self.most = [], 0
+
+        def submit(self, item, *_):
+            self.out.append(item)
+            self.most = max(self.most, len(self.out))
+            return item[0]["n"]
+
+        def wait(self, refs, num_returns, timeout):
+            self.out.pop(0)
+            return refs[:1], refs[1:]
+
+        def get(self, ref):
+            return [{"n": ref}]
+
+    def run(gate):
+        cluster = Cluster()
+        ex = object.__new__(ray_executor.Ray)
+        ex.ray, ex.threads, ex.gpus, ex.ensemble, ex.parallel = cluster, 1, 0, False, 2
+        ex._remote = types.SimpleNamespace(remote=cluster.submit)
+        return [i for i, _ in ex.run([[{"n": i}] for i in range(6)], gate=gate)], cluster.most
+
+    gate = _CountingGate(4)
+    assert run(gate) == ([0, 1, 2, 3], 2) and gate.most == 2 and gate.running == {}
+    assert run(None) == (list(range(6)), 6)

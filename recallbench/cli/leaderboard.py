@@ -35,9 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "CPU suite at most the CPUs; on a cuda suite they share the GPU and "
                         "may number up to 4 per CPU (at most 32)")
     p.add_argument("--time-budget", type=float, metavar="SECONDS",
-                   help="stop cleanly before a round of points that would end after this "
-                        "many seconds (the first round always runs); the same command "
-                        "continues where it stopped")
+                   help="start a point on a free worker only while the time left of this many "
+                        "seconds holds the longest a point has taken so far (the first always "
+                        "runs); the same command continues where it stopped")
 
     p = sub.add_parser("validate", help="check submissions: schema, suite, hashes, Fano bound")
     p.add_argument("files", nargs="+", help="submission .yaml files or suite folders")

@@ -13,8 +13,8 @@
 them (:mod:`recallbench.runs.adaptive_sweep`); its runs go through the store the same way.
 
 A rerun skips the points the store already holds as ok (failed ones are retried unless
-``--no-retry-failed``).  ``--time-budget SECONDS`` starts no round of points that the time
-left would not hold (:mod:`recallbench.runs.budget`), so a long grid runs as repeated calls
+``--no-retry-failed``).  ``--time-budget SECONDS`` starts a point on each free worker only
+while the time left holds the longest a point has taken so far (:mod:`recallbench.runs.budget`), so a long grid runs as repeated calls
 of the same command; the last line says ``all done`` or how many points are left.
 ``--dry-run --step-ms MS`` also prints how many such calls the points left need (an
 estimate from their step caps).  Exit status: 0 when every point ran ok (or was done
@@ -85,9 +85,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="list the points and skip counts (and their state in --store); run nothing")
     p.add_argument("--time-budget", type=float, metavar="SECONDS",
-                   help="start no round of points (one per worker) that would end after this "
-                        "many seconds (the first round always runs); exit 3 with points left: "
-                        "the same command continues from the store")
+                   help="start a point on a free worker only while the time left of this many "
+                        "seconds holds the longest a point has taken so far (the first always "
+                        "runs); exit 3 with points left: the same command continues from the "
+                        "store")
     p.add_argument("--step-ms", type=float, metavar="MS",
                    help="--dry-run: estimate the calls of --time-budget seconds (default "
                         f"{DEFAULT_CHUNK_S:g}) the points left need, at MS milliseconds per "

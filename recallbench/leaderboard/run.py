@@ -111,13 +111,13 @@ def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Map
     Records are appended to the store as each run finishes (so an interrupted run resumes
     where it stopped); a run that raises is stored as a failed record (and retried next
     time).  ``executor``: :func:`suite_executor`'s (default in-process, with ``runner``).
-    ``time_budget`` (seconds): points start in waves of whole rounds, and no wave starts
-    that the time left would not hold at the slowest round seen so far; the first round
-    always runs (:func:`recallbench.runs.budget.waves`).  Counts: points, skipped (already
+    ``time_budget`` (seconds): a point starts on each free worker while the time left holds
+    the longest one has taken so far; the first always runs
+    (:class:`recallbench.runs.budget.Gate`).  Counts: points, skipped (already
     in the store), ran, failed, left.
     """
     from recallbench.api.registry import ADAPTERS
-    from recallbench.runs.budget import waves
+    from recallbench.runs.budget import Gate
     from recallbench.runs.driver import Tally, drive
 
     ADAPTERS.require(adapter, where=f"suite {suite.name}")
@@ -144,9 +144,8 @@ def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Map
             f"in {tally.lap:.1f}s")
 
     with Store(store) as out:
-        for wave in waves([[job] for job in todo], executor.parallel, time_budget,
-                          clock=clock, start=start):
-            drive(wave, executor, out, show, tally)
+        gate = None if time_budget is None else Gate(time_budget, clock=clock, start=start)
+        drive([[job] for job in todo], executor, out, show, tally, gate=gate)
     counts.update(ran=tally.ok, failed=tally.failed, left=counts["left"] - tally.ran)
     return counts
 

@@ -2,13 +2,11 @@
 
 A long grid runs on a machine lent for a few minutes at a time as repeated calls of the
 same command, each stopping cleanly before it would overrun and the next resuming from
-the store.  :func:`waves` splits the work items into waves of whole rounds (a round: one
-item per parallel worker) and starts no wave that the time left would not hold at the
-slowest round seen so far; the first round always runs.  ``recallbench sweep`` and
-``recallbench leaderboard run`` both run their items this way::
+the store.  A :class:`Gate` starts each work item on the first free worker while the
+time left holds the longest an item has taken so far; the first item always starts.
+``recallbench sweep`` and ``recallbench leaderboard run`` both run their items this way::
 
-    for wave in waves(items, executor.parallel, budget_s):
-        drive(wave, executor, store, show, tally)
+    drive(items, executor, store, show, tally, gate=Gate(budget_s))
 
 :func:`estimate` is the other half: how many such calls a grid's pending points need,
 from their steps and a per-step time the caller measured (an estimate, printed as one).
@@ -18,9 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Callable, Iterator, Sequence, TypeVar
-
-T = TypeVar("T")
+from typing import Callable, Hashable, Sequence
 
 #: ``--time-budget`` bounds (seconds): at least one second, at most about four months
 MIN_BUDGET_S, MAX_BUDGET_S = 1.0, 1e7
@@ -38,38 +34,62 @@ def check_budget(seconds: float | None, flag: str = "--time-budget") -> None:
         raise ConfigError(f"{flag} {seconds:g}: must be in [1, 1e7] seconds")
 
 
-def wave_size(left: int, parallel: int, budget: float | None, elapsed: float,
-              round_s: float | None) -> int:
-    """How many items to start now: all without a time budget; one round (``parallel``
-    items) when no round has been timed yet; else as many whole rounds as the time left
-    holds at ``round_s`` seconds each (0: stop)."""
-    if budget is None:
-        return left
-    if round_s is None:
-        return min(left, parallel)
-    rounds = int((budget - elapsed) // round_s) if round_s > 0 else left
-    return max(0, min(left, rounds * parallel))
+class Gate:
+    """Which work items start within ``budget`` seconds counted from ``start`` (default:
+    now) on ``clock`` (default ``time.monotonic``).  An executor asks :meth:`admit` each
+    time a worker is free and tells :meth:`finished` when the item is back; without a
+    budget every item starts.
 
+    An item starts when the time left holds the longest an item has taken so far: the
+    slowest that finished, or the one running longest, whichever is longer (an item
+    still running at 95 s says items can take 95 s).  So the first item always starts, a
+    free worker never waits for a slower one's round to end, and once an item is refused
+    none starts after it (the time left only shrinks, the estimate only grows).
 
-def waves(items: Sequence[T], parallel: int, budget: float | None, *,
-          clock: Callable[[], float] | None = None,
-          start: float | None = None) -> Iterator[Sequence[T]]:
-    """The waves of ``items`` to run one after another within ``budget`` seconds counted
-    from ``start`` (default: the first call) on ``clock`` (default ``time.monotonic``);
-    without a budget, all items as one wave.  The caller runs each wave before asking for
-    the next (its time is the round's)."""
-    clock = clock or time.monotonic
-    start = clock() if start is None else start
-    round_s, i = None, 0
-    while i < len(items):
-        k = wave_size(len(items) - i, parallel, budget, clock() - start, round_s)
-        if k == 0:
-            return
-        t0 = clock()
-        yield items[i:i + k]
-        rounds = -(-k // parallel)
-        round_s = max(round_s or 0.0, (clock() - t0) / rounds)
-        i += k
+        >>> now = [0.0]
+        >>> gate = Gate(30.0, clock=lambda: now[0])
+        >>> gate.admit("a"), gate.admit("b")      # nothing timed yet
+        (True, True)
+        >>> now[0] = 10.0; gate.finished("a")     # a took 10 s; b has run 10 s
+        >>> gate.admit("c")                       # 20 s left hold 10 s
+        True
+        >>> now[0] = 16.0                         # b has now run 16 s: 14 s left do not
+        >>> gate.admit("d")
+        False
+    """
+
+    def __init__(self, budget: float | None, *, clock: Callable[[], float] | None = None,
+                 start: float | None = None):
+        self.budget = budget
+        self.clock = clock or time.monotonic
+        self.start = self.clock() if start is None else start
+        self.running: dict[Hashable, float] = {}  # item -> when it started
+        self.slowest = 0.0  # the longest an item took to finish
+        self.closed = False
+
+    def estimate(self, now: float) -> float:
+        """The longest an item has taken so far, finished or still running (seconds)."""
+        return max([self.slowest] + [now - t for t in self.running.values()])
+
+    def admit(self, item: Hashable) -> bool:
+        """True: start ``item`` now (its clock starts).  False: start nothing more."""
+        now = self.clock()
+        if self.budget is not None and not self.closed:
+            self.closed = self.budget - (now - self.start) < self.estimate(now)
+        if self.closed:
+            return False
+        self.running[item] = now
+        return True
+
+    def finished(self, item: Hashable) -> None:
+        """``item`` is back: its time counts toward the estimate."""
+        began = self.running.pop(item, None)
+        if began is not None:
+            self.slowest = max(self.slowest, self.clock() - began)
+
+    def forget(self, item: Hashable) -> None:
+        """``item`` was lost with its worker: neither running nor timed."""
+        self.running.pop(item, None)
 
 
 def ending(counts: dict, store, budget: float | None) -> tuple[str, int]:

@@ -63,17 +63,21 @@ class Tally:
 
 def drive(items: Sequence[Sequence[Any]], executor, store,
           on_record: Callable[[Any, dict, Tally], None] | None = None,
-          tally: Tally | None = None) -> Tally:
+          tally: Tally | None = None, gate=None) -> Tally:
     """Run ``items`` through ``executor``, appending every record to ``store`` as it comes.
 
     ``tally`` carries counts over several calls (an adaptive search calls once a round).
+    ``gate``: a :class:`recallbench.runs.budget.Gate` that the executor asks before it
+    starts each item (a time budget); the items it refuses are not run.
     Exceptions of the executor itself (Ctrl-C, a ``reraise`` type) propagate; the records
     appended until then stay in the store.
     """
     from recallbench.api.record import failed_record
 
     tally = tally if tally is not None else Tally()
-    for i, result in executor.run([[job.config for job in item] for item in items]):
+    configs = [[job.config for job in item] for item in items]
+    results = executor.run(configs) if gate is None else executor.run(configs, gate=gate)
+    for i, result in results:
         item = items[i]
         if isinstance(result, BaseException):
             result = [failed_record(job.cfg, f"worker failed: {reason(result)}") for job in item]

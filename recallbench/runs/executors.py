@@ -48,10 +48,15 @@ class InProcess:
         self.runner, self.reraise = runner, reraise
         self.parallel = 1
 
-    def run(self, items: list[list[dict]]) -> Iterator[tuple[int, Any]]:
+    def run(self, items: list[list[dict]], gate=None) -> Iterator[tuple[int, Any]]:
         for i, item in enumerate(items):
-            yield i, run_configs(item, self.threads, self.ensemble, self.runner, self.reraise,
+            if gate is not None and not gate.admit(i):
+                return
+            result = run_configs(item, self.threads, self.ensemble, self.runner, self.reraise,
                                  self.compile)
+            if gate is not None:
+                gate.finished(i)
+            yield i, result
 
     def close(self) -> None:
         pass
@@ -76,13 +81,16 @@ class Processes:
                                       initializer=init_worker,
                                       initargs=(self.threads, os.getpid()))
 
-    def run(self, items: list[list[dict]]) -> Iterator[tuple[int, Any]]:
+    def run(self, items: list[list[dict]], gate=None) -> Iterator[tuple[int, Any]]:
+        """``gate`` (a time budget): each item is submitted only when a worker is free and
+        the gate admits it, so its clock starts when it does."""
         from concurrent.futures.process import BrokenProcessPool
 
         if not items:
             return
         todo = list(range(len(items)))[::-1]
-        window = 2 * self.workers  # enough queued that no worker waits for the driver
+        # enough queued that no worker waits for the driver; with a gate, none queued
+        window = 2 * self.workers if gate is None else self.workers
         pending: dict[cf.Future, int] = {}
         crashes: dict[int, int] = {}  # item → pool crashes it was in flight for
         if self._pool is None:  # kept between calls: an adaptive search calls once a round
@@ -91,6 +99,9 @@ class Processes:
             while todo or pending:
                 while todo and len(pending) < window:
                     i = todo.pop()
+                    if gate is not None and not gate.admit(i):
+                        todo.clear()
+                        break
                     pending[self._pool.submit(run_configs, items[i], self.threads,
                                               self.ensemble, None, (), self.compile)] = i
                 done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
@@ -98,12 +109,16 @@ class Processes:
                 for fut in done:
                     i = pending.pop(fut)
                     try:
-                        yield i, fut.result()
+                        result = fut.result()
                     except BrokenProcessPool as exc:
                         broken = exc
                         pending[fut] = i  # handled with the rest of the pool below
+                        continue
                     except Exception as exc:  # e.g. a record that cannot be pickled back
-                        yield i, exc
+                        result = exc
+                    if gate is not None:
+                        gate.finished(i)
+                    yield i, result
                 if broken is not None:
                     # A worker died (killed, out of memory, a crash in native code): every
                     # item in flight is lost with the pool and we cannot tell which one
@@ -113,6 +128,8 @@ class Processes:
                     self._pool.shutdown(wait=False, cancel_futures=True)
                     self._pool = self._new_pool()
                     for i in lost:
+                        if gate is not None:
+                            gate.forget(i)
                         crashes[i] = crashes.get(i, 0) + 1
                         if crashes[i] > 1:
                             yield i, RuntimeError(f"worker process died twice while running "

@@ -3,8 +3,8 @@ the store does not hold yet, through :func:`recallbench.runs.driver.drive`.
 
 Output: one header line (points done before, failed before, to run, the executor, the
 time budget), one line per finished point (``[done/total] ok acc … | failed … | ETA …``)
-and a summary.  With a time budget the items start in waves of whole rounds and the sweep
-stops before a wave that would overrun (:mod:`recallbench.runs.budget`); the store keeps
+and a summary.  With a time budget an item starts on each free worker while the time left
+holds the longest one has taken so far, and none after (:mod:`recallbench.runs.budget`); the store keeps
 every finished point, so the same command resumes.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from typing import Callable
 
 from recallbench.api.errors import UnavailableError
-from recallbench.runs.budget import waves
+from recallbench.runs.budget import Gate
 from recallbench.runs.driver import Tally, drive
 
 
@@ -101,8 +101,8 @@ def run_sweep(points: list, store, executor, *, retry_failed: bool = True, limit
               clock: Callable[[], float] | None = None) -> dict[str, int]:
     """Run the points of a (shard of a) sweep that the store does not have yet.
 
-    ``time_budget`` (seconds): the work items start in waves of whole rounds, none that
-    the time left would not hold (:func:`recallbench.runs.budget.waves`).  Returns counts:
+    ``time_budget`` (seconds): a work item starts on each free worker while the time left
+    holds the longest one has taken so far (:class:`recallbench.runs.budget.Gate`).  Returns counts:
     total, done_before, failed_before, to_run, ran, ok, failed, left (points still to run
     ok: not started, failed now, or past --limit) and unstarted (those the budget left).
     """
@@ -122,8 +122,8 @@ def run_sweep(points: list, store, executor, *, retry_failed: bool = True, limit
     show = _progress(total, plan["done_before"] + plan["kept_failed"], len(pending), echo)
     tally = Tally()
     try:
-        for wave in waves(items, executor.parallel, time_budget, clock=clock):
-            drive(wave, executor, store, show, tally)
+        gate = None if time_budget is None else Gate(time_budget, clock=clock)
+        drive(items, executor, store, show, tally, gate=gate)
     finally:
         executor.close()
     counts.update(ran=tally.ran, ok=tally.ok, failed=tally.failed,

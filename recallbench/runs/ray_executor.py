@@ -85,10 +85,22 @@ class Ray:
                                    f"cluster has that many CPUs (at most {cpus:g} on one node)")
         return sum(slots)
 
-    def run(self, items: list[list[dict]]) -> Iterator[tuple[int, Any]]:
+    def run(self, items: list[list[dict]], gate=None) -> Iterator[tuple[int, Any]]:
+        """All items go to the cluster's queue at once; with ``gate`` (a time budget), at
+        most one per task slot, each only when the gate admits it."""
         ray = self.ray
-        refs = {self._remote.remote(item, self.threads, self.ensemble, self.gpus): i
-                for i, item in enumerate(items)}
+        todo = list(range(len(items)))[::-1]
+        refs: dict[Any, int] = {}
+
+        def submit() -> None:
+            while todo and (gate is None or len(refs) < self.parallel):
+                i = todo.pop()
+                if gate is not None and not gate.admit(i):
+                    todo.clear()
+                    return
+                refs[self._remote.remote(items[i], self.threads, self.ensemble, self.gpus)] = i
+
+        submit()
         try:
             while refs:
                 ready, _ = ray.wait(list(refs), num_returns=1, timeout=WAIT_S)
@@ -100,13 +112,19 @@ class Ray:
                         ray.cancel(ref, force=True)
                         i = refs.pop(ref)
                         yield i, _failed(items[i], why, lost=True)
+                    while todo:  # those a gate held back would wait for the same slots
+                        i = todo.pop()
+                        yield i, _failed(items[i], why, lost=True)
                 for ref in ready:
                     i = refs.pop(ref)
                     try:
                         result = ray.get(ref)
                     except Exception as exc:  # its worker or node died RETRIES + 1 times, ...
                         result = _failed(items[i], f"ray task failed: {reason(exc)}", lost=True)
+                    if gate is not None:
+                        gate.finished(i)
                     yield i, result
+                submit()
         finally:  # the cluster stays up for the next call until close()
             for ref in refs:
                 ray.cancel(ref, force=True)
