@@ -1,5 +1,6 @@
 """Convergence: patience stops a plateau, the record says whether the cap cut a run short,
 steps_to follows the validation history, and the scorer never fits an unconverged point."""
+import json
 import math
 
 import numpy as np
@@ -149,6 +150,29 @@ def test_scorer_flags_unconverged_cells_and_leaves_them_out_of_the_fits():
     assert group["collapse"]["best"]["a"] == pytest.approx(clean["groups"][0]["collapse"]["best"]["a"])
     # a record without stop_reason (made before convergence was judged): unknown, kept
     assert not scorer.unconverged({"converged": False, "correct": 1, "total": 2})
+
+
+def test_include_unconverged_fits_the_cut_cells_at_their_lower_bound(cli, tmp_path):
+    """The cells cut at 0.3 of the law's accuracy pull the fit when included (so they are
+    in it), are still flagged, and the report says the fits hold them; the default report of
+    the same records leaves them out."""
+    cut = {(8, 4), (32, 2)}
+    store = tmp_path / "r.jsonl"
+    store.write_text("".join(json.dumps(r) + "\n" for r in _records(cut)))
+    rc, out, err = cli("score", str(store), "--out", "with", "--no-figures", "--collapse",
+                       "always", "--include-unconverged")
+    assert rc == 0, err
+    (group,) = json.loads((tmp_path / "with" / "report.json").read_text())["groups"]
+    default = scorer.score(_records(cut), collapse=True)["groups"][0]
+    assert {(e["d_model"], e["d_state"]) for e in group["configs"]} >= cut
+    assert group["collapse"]["best"]["n_points"] == 9
+    assert default["collapse"]["best"]["n_points"] == 7
+    assert group["collapse"]["best"]["a"] != pytest.approx(default["collapse"]["best"]["a"],
+                                                           rel=0.05)
+    flags = [f for c in group["cells"] for f in c["flags"] if f.startswith("UNCONVERGED")]
+    assert len(flags) == 2 and all("in the fits by --include-unconverged" in f for f in flags)
+    md = (tmp_path / "with" / "report.md").read_text()
+    assert "**--include-unconverged**: such cells are in every fit" in md
 
 
 def test_record_fields_of_a_resolved_run_are_json(tmp_path):

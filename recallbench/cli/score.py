@@ -62,6 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="law form for the effective state (default eq19)")
     parser.add_argument("--delta", type=float, default=0.01,
                         help="failure probability δ of the capacity N_f*(δ) (default 0.01)")
+    parser.add_argument("--include-unconverged", action="store_true",
+                        help="fit also the cells whose best run hit max_steps while improving, "
+                             "at that lower bound (a sensitivity check; by default they are "
+                             "shown but left out of every fit)")
     parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     parser.add_argument("--allow-impossible", action="store_true",
                         help="exit 0 even when a result beats the Fano bound")
@@ -80,7 +84,8 @@ def command(args) -> int:
         load_notes = [str(w.message) for w in caught]
         _check_usable(records, args.inputs)
         collapse = {"auto": "auto", "always": True, "never": False}[args.collapse]
-        report = score(records, collapse=collapse, form=args.form, delta=args.delta)
+        report = score(records, collapse=collapse, form=args.form, delta=args.delta,
+                       include_unconverged=args.include_unconverged)
     report["warnings"] = load_notes + report["warnings"]
     for note in report["warnings"][:MAX_WARNINGS]:
         print(f"recallbench: warning: {note}", file=sys.stderr)

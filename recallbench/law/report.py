@@ -92,7 +92,11 @@ def _header(report: Mapping) -> list[str]:
               "(stopped at early_stop or on a plateau, or reached max_steps on one). "
               "**UNCONVERGED** (flags): the cell's best run hit max_steps while its validation "
               "accuracy was still improving, so its accuracy is a lower bound of the layer's "
-              "recall, not its capacity; such cells are left out of every fit.", ""]
+              "recall, not its capacity; "
+              + ("**--include-unconverged**: such cells are in every fit, at that lower bound "
+                 "(a sensitivity check, not the protocol's fit)."
+                 if s.get("include_unconverged") else "such cells are left out of every fit."),
+              ""]
     return lines
 
 

@@ -39,7 +39,9 @@ Vocabulary of the report (docs/theory.md, "Report columns")
   false; :mod:`recallbench.harness.convergence`): their accuracy is a lower bound, not the
   layer's capacity.  Each cell counts them (``n_unconverged``); a cell whose best-of-seeds
   run is one is flagged, shown with its accuracy, and left out of every fit (collapse,
-  S_eff, S_eff/S), so no fit presents it as capacity.  Records made before convergence
+  S_eff, S_eff/S), so no fit presents it as capacity; ``include_unconverged`` puts such
+  cells in the fits at their lower bound, as a check of how much leaving them out moves a
+  fit (the report says so in its settings and each cell's flag).  Records made before convergence
   was judged (no ``stop_reason``) only say whether ``early_stop`` was reached, so they
   count as of unknown convergence and stay in the fits.
 
@@ -171,10 +173,11 @@ def _predictions(cell: dict, paper_a: float | None, collapse_fit: Mapping) -> di
 
 
 def _score_group(gid: str, model: dict, task: dict, cells: list[dict], collapse: bool | str,
-                 form: str, delta: float, level: float) -> dict:
+                 form: str, delta: float, level: float, include_unconverged: bool = False) -> dict:
     family = declared.task_family(task.get("name", "mqar"))
     kind = declared.model_kind(model.get("adapter")) if family else None
-    ok = [c for c in cells if c.get("best") and not c.get("best_unconverged")]
+    ok = [c for c in cells
+          if c.get("best") and (include_unconverged or not c.get("best_unconverged"))]
     finite = all(c.get("state_size") is not None for c in ok)
     group: dict[str, Any] = {
         "id": gid, "slug": _slug(gid)[:40] + "-" + hashlib.sha1(gid.encode()).hexdigest()[:6],
@@ -206,13 +209,15 @@ def unconverged(rec: Mapping) -> bool:
     return "stop_reason" in rec and rec.get("converged") is False
 
 
-def _mark_unconverged(cell: dict, runs: list[Mapping]) -> dict:
-    """``n_unconverged`` and ``best_unconverged`` of a cell, and its flag."""
+def _mark_unconverged(cell: dict, runs: list[Mapping], included: bool = False) -> dict:
+    """``n_unconverged`` and ``best_unconverged`` of a cell, and its flag (``included``: the
+    fits take such cells anyway)."""
     cell["n_unconverged"] = sum(unconverged(r) for r in runs)
     cell["best_unconverged"] = bool(runs) and unconverged(best_run(runs))
     if cell["best_unconverged"]:
         cell["flags"].append("UNCONVERGED: the best run hit max_steps while improving (a lower "
-                             "bound; left out of the fits)")
+                             + ("bound; in the fits by --include-unconverged)" if included
+                                else "bound; left out of the fits)"))
     elif cell["n_unconverged"]:
         cell["flags"].append(f"{cell['n_unconverged']} run(s) hit max_steps while improving")
     return cell
@@ -270,14 +275,15 @@ def _impossible(groups: list[dict], warn) -> list[dict]:
 
 
 def score(records: Iterable[Mapping], *, collapse: bool | str = "auto", form: str = "eq19",
-          delta: float = 0.01, level: float = 0.95) -> dict:
+          delta: float = 0.01, level: float = 0.95, include_unconverged: bool = False) -> dict:
     """The report of a list of result records, as a JSON-ready dict.
 
     ``collapse``: ``"auto"`` fits the collapse for groups whose adapter declares a law
     kind in ``theory.COLLAPSE_KINDS`` (designed, linear), ``True`` for every group,
     ``False`` for none.  ``form`` is the law the fitted effective state uses (eq. 19 by
     default); ``delta`` the failure rate of the capacity N_f*(δ); ``level`` the confidence
-    level of every interval.
+    level of every interval; ``include_unconverged``: fit the cells whose best run the cap
+    cut while improving too, at that lower bound (a sensitivity check).
     """
     theory._check_form(form)
     records = list(records)
@@ -293,16 +299,18 @@ def score(records: Iterable[Mapping], *, collapse: bool | str = "auto", form: st
     labels = [group_label(g["model"], g["task"]) for g in groups.values()]
     for (gkey, g), label in zip(groups.items(), labels):
         gid = label if labels.count(label) == 1 else f"{label} #{hashlib.sha1(gkey.encode()).hexdigest()[:6]}"
-        cells = [_mark_unconverged(cell_summary(c["ok"], c["failed"], level), c["ok"])
-                 for c in g["cells"].values()]
+        cells = [_mark_unconverged(cell_summary(c["ok"], c["failed"], level), c["ok"],
+                                   include_unconverged) for c in g["cells"].values()]
         cells.sort(key=lambda c: tuple(c.get(k) or 0 for k in
                                        ("num_facts", "seq_len", "n_layers", "d_model", "d_state")))
-        out_groups.append(_score_group(gid, g["model"], g["task"], cells, collapse, form, delta, level))
+        out_groups.append(_score_group(gid, g["model"], g["task"], cells, collapse, form, delta,
+                                       level, include_unconverged))
     impossible = _impossible(out_groups, warn)
     n_ok = sum(1 for r in unique if r.get("status") == "ok" and r.get("total"))
     report = {
         "schema": REPORT_SCHEMA,
         "settings": {"collapse": collapse, "form": form, "delta": delta, "level": level,
+                     "include_unconverged": include_unconverged,
                      "interval": "Clopper-Pearson", "fit_ci": "profile likelihood, quasi-binomial"},
         "n_records": len(records), "n_runs": len(unique), "n_ok": n_ok,
         "n_failed": len(unique) - n_ok,
