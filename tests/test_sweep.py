@@ -457,7 +457,7 @@ def test_shipped_sweep_files_expand(repo_root, name, points):
     ("dn_mqar", "dn_mqar", 57), ("dn_ar", "dn_ar", 57), ("layers_mqar", "layers_mqar", 60),
     ("heads_mqar", "heads_mqar", 30), ("repeated_keys", "repeated_keys", 24),
     ("layers_paper_points", "layers_paper_points", 8),
-    ("layers_paper_diagonals", "layers_paper_points", 6), ("dn_mamba", "dn_mamba", 9)])
+    ("layers_paper_diagonals", "layers_paper_points", 6), ("dn_mamba", "dn_mamba", 27)])
 def test_committed_studies_hold_every_point_of_their_sweep_file(repo_root, name, store, points):
     """docs/results/*/store answers its sweeps/cpu file: a rerun would run nothing."""
     from recallbench.runs.store import read_store
