@@ -157,6 +157,32 @@ def test_auto_collapse_follows_the_declared_law_kind():
     assert forced["paper_a"] == 0.625 and forced["a"] == pytest.approx(0.625, rel=0.15)
 
 
+def test_the_laws_own_a_comes_back_from_eq19_counts(tmp_path):
+    """Full-Mamba counts drawn from eq. 19 at a = 5/8 (b set by V): the one-parameter a the
+    report derives from S_eff/S recovers 5/8 with an interval that holds it and not the
+    linear 5/4; a group whose states are not 2·D·N·Λ, whose adapter declares no law kind,
+    or of several heads, gets none."""
+    from recallbench.law import report as render
+
+    rng = np.random.default_rng(7)
+    cells = [(d, n) for d in (8, 16, 32) for n in (2, 4, 8) if n <= d]
+    recs = [make_record("mamba", d, n, seed, theory.recall_probability(512, 32, d, n, 0.625),
+                        rng=rng) for d, n in cells for seed in (0,)]  # best of 1: unbiased
+    (g,) = scorer.score(recs)["groups"]
+    law = g["efficiency"]["best"]["law_a"]
+    assert law["a"] == pytest.approx(0.625, rel=0.03) and law["form"] == "eq19"
+    assert law["a_ci"][0] < 0.625 < law["a_ci"][1] < 1.25
+    assert law["a"] == pytest.approx(1.25 / g["efficiency"]["best"]["ratio"])
+    assert "**The law's own a** (eq. 19 with its b set by V" in render.render_markdown(
+        scorer.score(recs))
+    odd = [{**r, "state_size": 3 * r["state_size"]} for r in recs]
+    assert "law_a" not in scorer.score(odd)["groups"][0]["efficiency"]["best"]
+    for change in ({"adapter": "gla"}, {"n_heads": 4}):
+        other = [{**r, "config": {**r["config"], "model": {**r["config"]["model"], **change}}}
+                 for r in recs]
+        assert "law_a" not in scorer.score(other)["groups"][0]["efficiency"]["best"], change
+
+
 def test_impossible_is_flagged(report):
     assert len(report["impossible"]) == 1
     item = report["impossible"][0]

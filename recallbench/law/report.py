@@ -181,7 +181,10 @@ def _extended(ext: Mapping) -> list[str]:
                            "worst cells (standardized residual)"], rows) + [""]
 
 
-def _efficiency(eff: Mapping) -> list[str]:
+FORM_NAMES = {"eq19": "eq. 19", "eq20": "eq. 20", "rem43": "Rem 4.3"}
+
+
+def _efficiency(eff: Mapping, paper_a: float | None = None) -> list[str]:
     """The pooled state efficiency S_eff/S, one line."""
     parts = []
     for view in ("best", "mean"):
@@ -190,9 +193,19 @@ def _efficiency(eff: Mapping) -> list[str]:
             parts.append(f"{view}: {_est(e['ratio'], e['ratio_ci'])} {ci_text(e['ratio_ci'])}")
     if not parts:
         return []
-    return ["**State efficiency** S_eff/S pooled over all cells "
-            "(1 = as good as the simplified linear Mamba of the same state): "
-            + "; ".join(parts) + ".", ""]
+    lines = ["**State efficiency** S_eff/S pooled over all cells "
+             "(1 = as good as the simplified linear Mamba of the same state): "
+             + "; ".join(parts) + ".", ""]
+    law = [(view, eff[view]["law_a"]) for view in ("best", "mean")
+           if "law_a" in (eff.get(view) or {})]
+    if law:
+        form = law[0][1]["form"]
+        lines += [f"**The law's own a** ({FORM_NAMES.get(form, form)} with its b set by V, one "
+                  "parameter: the same fit, as a = a_linear / (S_eff/S)): "
+                  + "; ".join(f"{view}: {_est(m['a'], m['a_ci'])} {ci_text(m['a_ci'])}"
+                              for view, m in law)
+                  + (f"; paper a = {_fmt(paper_a)}." if paper_a is not None else "."), ""]
+    return lines
 
 
 def _configs(configs: Sequence[Mapping]) -> list[str]:
@@ -228,7 +241,7 @@ def render_markdown(report: Mapping, figures: Sequence[str] = ()) -> str:
         if g.get("extended"):
             lines += _extended(g["extended"])
         if g.get("efficiency"):
-            lines += _efficiency(g["efficiency"])
+            lines += _efficiency(g["efficiency"], g.get("paper_a"))
         if g.get("configs"):
             lines += _configs(g["configs"])
         for f in (f for f in figures if g.get("slug", "\0") in f):

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import warnings
 from pathlib import Path
@@ -143,6 +144,29 @@ def _efficiency(ok: list[dict], family: str, form: str, level: float) -> dict:
     return out
 
 
+def _mamba_states(cells: list[dict]) -> bool:
+    """Every cell's state is the Mamba layer's, S = Λ·2·D·N, so S_eff/S scales N_eff = Λ·N
+    (the law of one head: several heads follow Thm 4.7, not this a)."""
+    return all(c["state_size"] == 2 * c["d_model"] * c["d_state"] * c["n_layers"]
+               for c in cells)
+
+
+def _law_a(efficiency: dict, a_linear: float, form: str) -> None:
+    """The law's own a beside each view's S_eff/S: with N_eff = θ·Λ·N, the reference's
+    1/σ = √(Λ·N·D / ((a_linear/θ)·N_f + Λ·N)), so θ is a one-parameter fit of the law in
+    ``form`` (its b set by V, not fitted) with a = a_linear / θ, and its interval maps over."""
+    for e in efficiency.values():
+        if "ratio" not in e:
+            continue
+        lo, hi = e["ratio_ci"]
+
+        def inv(theta):
+            return math.inf if theta == 0 else a_linear / theta
+
+        e["law_a"] = {"a": inv(e["ratio"]), "a_ci": [inv(hi), inv(lo)], "form": form,
+                      "definition": "a of the law in this form with b set by V: a_linear / ratio"}
+
+
 def _collapse(ok: list[dict], family: str, kind: str | None, level: float) -> dict:
     """The collapse fit of a group, per view."""
     out = {}
@@ -194,6 +218,9 @@ def _score_group(gid: str, model: dict, task: dict, cells: list[dict], collapse:
     group["configs"] = _config_summaries(ok, family, form, delta, level)
     if finite:
         group["efficiency"] = _efficiency(ok, family, form, level)
+        if group["paper_a"] is not None and model.get("n_heads") in (None, 1) \
+                and _mamba_states(ok):
+            _law_a(group["efficiency"], theory.coefficient_a("linear", family), form)
     if (kind in theory.COLLAPSE_KINDS) if collapse == "auto" else bool(collapse):
         group["collapse"] = _collapse(ok, family, kind, level)
         group["extended"] = extended.group_fits(ok, group["collapse"], level)
