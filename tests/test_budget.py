@@ -3,7 +3,8 @@ gate that starts an item on each free worker, the stop before an item that would
 the last line and exit status, and the estimate of how many budget-sized calls a grid needs.
 
 A fake clock advances a fixed time per point, so no test waits; the `designed` adapter
-trains nothing.  The slow test runs the real command twice in fresh interpreters."""
+trains nothing.  The slow tests start real worker processes under a gate, and run the real
+command twice in fresh interpreters."""
 from __future__ import annotations
 
 import json
@@ -231,6 +232,7 @@ class _CountingGate(Gate):
         return True
 
 
+@pytest.mark.slow
 def test_process_workers_take_items_only_as_the_gate_admits():
     """Two real worker processes, five `designed` points, a gate that admits three: three
     records come back, never more than two items were out at once (none queued ahead of
