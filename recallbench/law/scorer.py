@@ -155,14 +155,13 @@ def _law_a(efficiency: dict, a_linear: float, form: str) -> None:
     """The law's own a beside each view's S_eff/S: with N_eff = θ·Λ·N, the reference's
     1/σ = √(Λ·N·D / ((a_linear/θ)·N_f + Λ·N)), so θ is a one-parameter fit of the law in
     ``form`` (its b set by V, not fitted) with a = a_linear / θ, and its interval maps over."""
+    def inv(theta):
+        return math.inf if theta == 0 else a_linear / theta
+
     for e in efficiency.values():
         if "ratio" not in e:
             continue
         lo, hi = e["ratio_ci"]
-
-        def inv(theta):
-            return math.inf if theta == 0 else a_linear / theta
-
         e["law_a"] = {"a": inv(e["ratio"]), "a_ci": [inv(hi), inv(lo)], "form": form,
                       "definition": "a of the law in this form with b set by V: a_linear / ratio"}
 
