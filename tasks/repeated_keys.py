@@ -55,6 +55,11 @@ class RepeatedKeyMQAR(MQAR):
         check_range("task.seq_len", self.seq_len, need,
                     why=f"(needs L >= 2·num_facts·(num_key_repeats+1) = {need})")
 
+    @property
+    def context_values(self) -> int:
+        """N_f·N_k: every occurrence carries a fresh value, so the bag holds all of them."""
+        return self.num_facts * self.num_key_repeats
+
     @classmethod
     def infeasible(cls, params):
         got = numbers(params, ("seq_len", "num_facts", "num_key_repeats"))

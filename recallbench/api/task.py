@@ -91,6 +91,19 @@ class Task:
         raise NotImplementedError
 
     @property
+    def context_values(self) -> int:
+        """Distinct values a sequence's context holds (N_f for MQAR and AR): the bag a model
+        that knows which values occur, but not which key owns each, guesses from."""
+        return self.num_facts  # type: ignore[attr-defined]
+
+    def guess_level(self, top_k: int = 1) -> float:
+        """The accuracy of the bag-of-values guess (the paper's Table 8 level): uniform over
+        the context's values, so 1/N_f for MQAR and AR, and min(k, M)/M for a top-k answer
+        among M context values.  Accuracy at or below it is no evidence of recall."""
+        m = self.context_values
+        return min(int(top_k), m) / m
+
+    @property
     def info_bits(self) -> float:
         """Bits the state must carry to answer every possible query: N_f · log2(V_v)."""
         return self.num_facts * math.log2(self.num_values)  # type: ignore[attr-defined]
