@@ -195,12 +195,17 @@ class RunConfig:
 
 def parse_value(text: str, what: str = "--set value") -> Any:
     """A ``--set`` value, read as YAML: ``3`` → 3, ``1e-3`` → 0.001, ``null`` → None; text
-    that is not YAML stays a string."""
+    that is not YAML stays a string.
+
+    A quoted or tagged value (``"64"``, ``!!str 64``) is a string, as the same text is in
+    a config file, so a field refuses it the same way from both; only a plain scalar that
+    YAML 1.1 leaves as text but reads as a number (``1e-3``) becomes that number.
+    """
     try:
         value = parse_yaml(text, what)
     except NotYAML:
         return text
-    if isinstance(value, str):
+    if isinstance(value, str) and value == text.strip():  # plain: no quotes, tag or anchor
         try:
             return float(value)  # YAML 1.1 reads "1e-3" as a string
         except ValueError:
