@@ -52,6 +52,51 @@ def test_a_gain_within_the_validation_noise_is_a_plateau():
     assert History(None, 2).resolution(10**9) == convergence.MIN_DELTA
 
 
+def test_a_history_at_the_guess_level_does_not_stop_on_a_plateau():
+    """Validations scattered around the guess level (binomial noise of a guesser on 2,048
+    queries) for 60 validations: the old rule would stop after `patience`; with the guess
+    level, patience starts only once one clearly exceeds it, then stops as before."""
+    guess, total = 1 / 16, 2048
+    rng = np.random.default_rng(3)
+    noise = [float(rng.binomial(total, guess)) / total for _ in range(60)]
+    h, old = History(None, 3, guess=guess), History(None, 3)
+    assert not any(h.add(10 * (i + 1), a, total) for i, a in enumerate(noise))
+    assert h.wait == 0 and not h.left_guess and not h.converged()
+    assert any(old.add(10 * (i + 1), a, total) for i, a in enumerate(noise))
+    above = [h.add(700 + 10 * i, 0.5, total) for i in range(4)]
+    assert h.left_guess and above == [False, False, False, True]
+    assert h.stop_reason == "plateau" and h.converged()
+
+
+def test_leaving_the_guess_level_takes_three_standard_errors():
+    g, total = 0.25, 1024
+    h = History(None, 2, guess=g)
+    edge = g + convergence.GUESS_MARGIN * math.sqrt(g * (1 - g) / total)
+    assert h.guess_threshold(total) == pytest.approx(edge)
+    for step in range(1, 6):
+        assert not h.add(step, edge - 1e-9, total)  # a best short of the margin: no count
+    assert not h.left_guess and h.wait == 0
+    h.add(6, edge + 1e-3, total)
+    assert h.left_guess and [h.add(7, 0.0, total), h.add(8, 0.0, total)] == [False, True]
+    # unknown size: MIN_DELTA only; a level that is all but certain is not a plateau
+    assert History(None, 2, guess=0.1).guess_threshold(None) == pytest.approx(0.1 + 1e-3)
+
+
+def test_the_guess_level_is_ignored_without_patience():
+    """Null patience: the cap's plateau judgment is that of the records made before."""
+    h, old = History(None, None, guess=0.25), History(None, None)
+    for i in range(convergence.PLATEAU_WINDOW + 1):
+        h.add(i, 0.25, 1024)
+        old.add(i, 0.25, 1024)
+    assert h.converged() and h.summary() == old.summary()
+
+
+def test_guess_of_reads_the_task():
+    task = resolve(config()).task
+    assert convergence.guess_of(task) == pytest.approx(1 / TASK["num_facts"])
+    assert convergence.guess_of(object()) is None  # a task that cannot say: no gate
+
+
 def test_history_judges_the_cap():
     improving = History(None, None)
     for i in range(30):
@@ -80,11 +125,25 @@ def test_steps_to_is_monotone_and_matches_the_history():
         assert step == (reached[0] if reached else None)
 
 
+def _guess_threshold(total: int) -> float:
+    g = resolve(config()).task.guess_level(1)
+    return g + convergence.GUESS_MARGIN * math.sqrt(g * (1 - g) / total)
+
+
 def test_patience_stops_a_plateaued_run_early():
-    rec = run(config(lr=1e-7, patience=2, max_steps=200))  # too small an lr to learn
+    rec = run(config(lr=3e-2, patience=2, max_steps=200))  # learns, then stalls
     assert rec["stop_reason"] == "plateau" and rec["converged"] is True
     assert rec["steps"] < 200 and rec["steps"] % TRAIN["val_every"] == 0
     assert rec["config"]["train"]["patience"] == 2 and rec["lr_search"] is None
+    assert rec["val_accuracy"] > _guess_threshold(TRAIN["val_size"] * TASK["num_facts"])
+
+
+def test_patience_waits_while_a_run_is_at_the_guess_level():
+    """Too small an lr to learn: validation never leaves the guess level, so patience never
+    counts; the run trains to the cap and is not converged (its accuracy is no capacity)."""
+    rec = run(config(lr=1e-7, patience=2, max_steps=60))
+    assert rec["val_accuracy"] <= _guess_threshold(TRAIN["val_size"] * TASK["num_facts"])
+    assert rec["steps"] == 60 and rec["stop_reason"] == "max_steps" and not rec["converged"]
 
 
 def test_a_run_cut_by_the_cap_while_improving_is_not_converged():
@@ -95,11 +154,13 @@ def test_a_run_cut_by_the_cap_while_improving_is_not_converged():
 
 
 def test_ensemble_members_stop_on_their_own_plateau():
-    recs = run_ensemble([config(lr=1e-7, patience=2, max_steps=60),
-                         config(lr=1e-2, max_steps=60)])
+    recs = run_ensemble([config(lr=3e-2, patience=2, max_steps=200),
+                         config(lr=1e-7, patience=2, max_steps=200)])
     assert recs[0]["stop_reason"] == "plateau" and recs[0]["converged"]
-    assert recs[0]["steps"] < 60 and recs[1]["steps"] == 60
-    single = run(config(lr=1e-7, patience=2, max_steps=60))
+    assert recs[0]["steps"] < 200
+    # the member at the guess level is not on a plateau: it trains to the cap
+    assert recs[1]["steps"] == 200 and not recs[1]["converged"]
+    single = run(config(lr=3e-2, patience=2, max_steps=200))
     assert single["steps"] == recs[0]["steps"]
 
 

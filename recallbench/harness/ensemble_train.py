@@ -20,7 +20,7 @@ import torch
 
 from recallbench.api.config import RunConfig
 from recallbench.api.task import IGNORE
-from recallbench.harness.convergence import History
+from recallbench.harness.convergence import History, guess_of
 from recallbench.harness.data import TRAIN_STREAM, make_generator
 from recallbench.harness.ensemble_compile import Compiled
 from recallbench.harness.ensemble_model import StackedModels, Tensors, take
@@ -104,7 +104,7 @@ class Outcome:
     def start(cls, cfgs: list[RunConfig]) -> "Outcome":
         K = len(cfgs)
         return cls([True] * K, [0] * K, [0.0] * K, [-1.0] * K, [0] * K, [None] * K, [None] * K,
-                   [History(c.train.early_stop, c.train.patience) for c in cfgs])
+                   [History(c.train.early_stop, c.train.patience, guess_of(c.task)) for c in cfgs])
 
     def stop(self, k: int, step: int, t0: float) -> None:
         self.active[k] = False

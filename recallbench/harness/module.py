@@ -28,7 +28,7 @@ class DivergedError(RuntimeError):
 
 
 class RecallModule(LightningModule):
-    def __init__(self, model: RecallModel, train: TrainConfig):
+    def __init__(self, model: RecallModel, train: TrainConfig, guess: float | None = None):
         super().__init__()
         self.model = model
         self.train_cfg = train
@@ -37,7 +37,7 @@ class RecallModule(LightningModule):
         self.best_step = 0
         self.best_state: dict[str, torch.Tensor] | None = None
         self.last_val_step = -1
-        self.history = History(train.early_stop, train.patience)
+        self.history = History(train.early_stop, train.patience, guess)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B, L, V)
         return self.model(tokens)

@@ -14,6 +14,7 @@ import torch
 
 from recallbench.api.config import RunConfig
 from recallbench.api.record import make_record
+from recallbench.harness.convergence import guess_of
 from recallbench.harness.data import RecallDataModule
 from recallbench.harness.loop import asked
 from recallbench.harness.metrics import RecallAccuracy
@@ -135,7 +136,7 @@ def train_one(cfg: RunConfig, device: torch.device, show: bool) -> Trained:
     adapter, model = build_model(cfg, device)
     dm = RecallDataModule(cfg.task, tc.batch_size, tc.seed, tc.val_size, tc.test_size)
     dm.setup()
-    module = RecallModule(model, tc)
+    module = RecallModule(model, tc, guess=guess_of(cfg.task))
     train_s = 0.0
     steps = 0
     if adapter.trainable and tc.max_steps > 0:
