@@ -52,8 +52,9 @@ def records():
             p = float(special.ndtr(math.sqrt(n * d / (1.25 * 32 + n)) - b))
             out.append(make_record("linear-mamba", d, n, 0, p, rng=rng))
             out.append(make_record("linear-mamba", d, n, 1, 0.9 * p, rng=rng))
-            # a black box that recalls like a linear reference with a quarter of its state
-            q = theory.recall_probability(512, 32, d, n / 4, 1.25)
+            # a black box that recalls like a linear reference with a quarter of its state,
+            # and guesses among the context's 32 values when it does not recall
+            q = 1 / 32 + (1 - 1 / 32) * theory.recall_probability(512, 32, d, n / 4, 1.25)
             out.append(make_record("gla", d, n, 0, q, rng=rng, state_size=2 * d * n))
     for d in (16, 32):
         out.append(make_record("attention", d, 1, 0, 0.999, rng=rng, state_size=None))
@@ -158,15 +159,18 @@ def test_auto_collapse_follows_the_declared_law_kind():
 
 
 def test_the_laws_own_a_comes_back_from_eq19_counts(tmp_path):
-    """Full-Mamba counts drawn from eq. 19 at a = 5/8 (b set by V): the one-parameter a the
-    report derives from S_eff/S recovers 5/8 with an interval that holds it and not the
-    linear 5/4; a group whose states are not 2·D·N·Λ, whose adapter declares no law kind,
-    or of several heads, gets none."""
+    """Full-Mamba counts drawn from eq. 19 at a = 5/8 (b set by V), with the guess among the
+    32 context values where it does not recall: the one-parameter a the report derives from
+    S_eff/S recovers 5/8 with an interval that holds it and not the linear 5/4; a group whose
+    states are not 2·D·N·Λ, whose adapter declares no law kind, or of several heads, gets
+    none."""
     from recallbench.law import report as render
 
     rng = np.random.default_rng(7)
     cells = [(d, n) for d in (8, 16, 32) for n in (2, 4, 8) if n <= d]
-    recs = [make_record("mamba", d, n, seed, theory.recall_probability(512, 32, d, n, 0.625),
+    g32 = 1 / 32
+    recs = [make_record("mamba", d, n, seed,
+                        g32 + (1 - g32) * theory.recall_probability(512, 32, d, n, 0.625),
                         rng=rng) for d, n in cells for seed in (0,)]  # best of 1: unbiased
     (g,) = scorer.score(recs)["groups"]
     law = g["efficiency"]["best"]["law_a"]

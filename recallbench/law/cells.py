@@ -6,7 +6,9 @@
 * :func:`cell_summary`: one cell (one full task and model configuration) over its seeds
   and training variants, as the ``best`` (best of seeds) and ``mean`` (mean over seeds
   of the best variant) views, each with a Clopper-Pearson interval, and the Fano check
-  (Lem 4.5) of its worst run.
+  (Lem 4.5) of its worst run;
+* :func:`mark_guess`: whether each view of a cell is above its task's guess level, the
+  bag-of-values guess (:mod:`recallbench.law.guess`).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from recallbench.api.canonical import canonical_json
-from recallbench.law import fit
+from recallbench.law import fit, guess
 
 MODEL_KEYS = ("adapter", "head_pattern", "n_heads", "d_conv", "expand", "options")
 TASK_SWEEP_KEYS = ("num_facts", "seq_len")
@@ -170,4 +172,28 @@ def cell_summary(runs: list[dict], failed: list[dict], level: float) -> dict:
         cell["flags"].append(f"{cell['mean']['converged_rate']:.0%} of seeds converged")
     if failed:
         cell["flags"].append(f"{len(failed)} failed run(s)")
+    return cell
+
+
+def mark_guess(cell: dict, runs: list[Mapping], level: float) -> dict:
+    """The cell's guess level (its task's ``guess_level``), its sequence count, and per
+    view whether the accuracy is above the guess (``guess.recall_test``: the best of
+    seeds at the Šidák level of its number of runs); a cell that is not gets a flag."""
+    if not runs or not cell.get("best"):
+        return cell
+    facts = guess.task_facts(runs[0]["config"]["task"])
+    if facts is None:  # a task not registered here: its guess level is unknown
+        cell["guess_level"] = None
+        return cell
+    g, per_sequence = facts
+    cell["guess_level"] = g
+    for view, draws in (("best", len(runs)), ("mean", 1)):
+        v = cell[view]
+        u = guess.units(v["total"], per_sequence)
+        v["units"] = u
+        v["recall"], v["recall_lower"] = guess.recall_test(v["correct"], v["total"], u, g,
+                                                           level, draws)
+    if not cell["best"]["recall"]:
+        cell["flags"].append(f"NO RECALL: not above the guess level {g:.4g} at "
+                             f"{level:.0%} (adds nothing to S_eff)")
     return cell

@@ -259,6 +259,9 @@ class EffectiveStateFit:
     dispersion: float
     n_points: int
     ci_method: str = "profile likelihood (quasi-binomial: threshold χ²₁·dispersion)"
+    #: with guess levels: the fitted share φ ∈ [0, 1] of the guess the model makes when its
+    #: read-out fails (p = φ·g + (1 − φ·g)·law), profiled out of θ's interval; else None
+    guess_share: float | None = None
 
     def n_eff(self, scale=1.0):
         """N_eff (Λ·N of the reference) of a point with this scale, and its CI."""
@@ -275,7 +278,7 @@ class EffectiveStateFit:
 
 def fit_effective_state(correct, total, d_model, num_facts, vocab_size, family: str = "mqar",
                         scale=1.0, form: str = "eq19", expand: int = 2, level: float = 0.95,
-                        overdispersion: bool = True) -> EffectiveStateFit:
+                        overdispersion: bool = True, guess=0.0) -> EffectiveStateFit:
     """The fitted effective state S_eff of a black-box model, by maximum likelihood.
 
     Definition.  The reference is the simplified linear Mamba (Alg. 1, expand 2, trained),
@@ -294,15 +297,27 @@ def fit_effective_state(correct, total, d_model, num_facts, vocab_size, family: 
     cap (a wide-state model at small D) give S_eff = ``inf``.  θ is searched on
     [1e-4, 1e9]; an MLE at an end (all queries right, or at chance) is reported as
     ``inf`` (or 0), with the CI bound the data do set.
+
+    ``guess`` (per point, default 0) is the task's guess level g (``Task.guess_level``,
+    the bag-of-values guess).  A model whose read-out fails may still guess among the
+    context's values, right with probability g; one that knows nothing of the bag (the
+    designed model) guesses blind.  So the fit takes p = f + (1 − f)·law with the floor
+    f = φ·g, φ ∈ [0, 1] fitted once for all points and profiled out of θ's interval
+    (docs/theory.md, "Guessing").  Accuracy at g is then explained by the guess (φ = 1,
+    θ = 0) and never forces a positive effective state, while a model that does not guess
+    (φ = 0) is fitted by the plain law.  ``guess_share`` reports φ.
     """
-    k, n, d, nf, v, sc = _arrays(correct, total, d_model, num_facts, vocab_size, scale)
+    k, n, d, nf, v, sc, g = _arrays(correct, total, d_model, num_facts, vocab_size, scale, guess)
     keep = n > 0
-    k, n, d, nf, v, sc = (x[keep] for x in (k, n, d, nf, v, sc))
+    k, n, d, nf, v, sc, g = (x[keep] for x in (k, n, d, nf, v, sc, g))
+    if np.any((g < 0) | (g >= 1)):
+        raise ValueError("fit_effective_state: guess levels must lie in [0, 1)")
     if len(k) < 1:
         raise ValueError("fit_effective_state needs at least one point with queries")
     a = theory.coefficient_a("linear", family)
 
-    def nll(log_theta):
+    def law(log_theta):
+        """(p, 1 − p) of the linear reference at N_eff = θ·scale, per point."""
         n_eff = math.exp(log_theta) * sc
         s = np.sqrt(n_eff * d / (a * nf + n_eff))
         if form == "eq19":
@@ -310,11 +325,29 @@ def fit_effective_state(correct, total, d_model, num_facts, vocab_size, family: 
         else:
             p = np.asarray(theory.recall_from_inverse_sigma(s, v, form))
             q = np.asarray(theory.failure_from_inverse_sigma(s, v, form))
-        return _nll(k, n, np.log(np.maximum(p, 1e-300)), np.log(np.maximum(q, 1e-300)))
+        return np.maximum(p, 1e-300), np.maximum(q, 1e-300)
 
+    def nll(log_theta):
+        p, q = law(log_theta)
+        if not guessing:
+            return _nll(k, n, np.log(p), np.log(q))
+        return _best_share(p, q)[1]
+
+    def _share_nll(share, p, q):
+        f = share * g
+        return _nll(k, n, np.log(f + (1.0 - f) * p), np.log1p(-f) + np.log(q))
+
+    def _best_share(p, q):
+        """min over φ ∈ [0, 1] of the nll at fixed law read-outs (p, q): convex in φ."""
+        ends = [(0.0, _share_nll(0.0, p, q)), (1.0, _share_nll(1.0, p, q))]
+        res = optimize.minimize_scalar(lambda t: _share_nll(t, p, q), bounds=(0.0, 1.0),
+                                       method="bounded", options={"xatol": 1e-7})
+        return min(ends + [(float(res.x), float(res.fun))], key=lambda t: t[1])
+
+    guessing = bool(np.any(g > 0))
     lo, hi = LOG_THETA_BOUNDS
     lt_hat, f_hat = _minimize_1d(nll, lo, hi, grid=41)
-    deviance, dof, phi = _dispersion(f_hat, k, n, 1, overdispersion)
+    deviance, dof, phi = _dispersion(f_hat, k, n, 2 if guessing else 1, overdispersion)
     thr = stats.chi2.ppf(level, 1) * phi
     lt_lo, lt_hi = _profile_interval(nll, lt_hat, f_hat, lo, hi, thr)
     theta = math.exp(lt_hat)
@@ -324,9 +357,12 @@ def fit_effective_state(correct, total, d_model, num_facts, vocab_size, family: 
     elif abs(nll(lo) - f_hat) < 1e-9 * max(1.0, abs(f_hat)) and lt_lo <= lo:
         theta = 0.0
     ci = (0.0 if lt_lo <= lo else math.exp(lt_lo), math.inf if lt_hi >= hi else math.exp(lt_hi))
+    share = None
+    if guessing:
+        share = _best_share(*law(lt_hat))[0]
     return EffectiveStateFit(theta=theta, theta_ci=ci, a=a, form=form, expand=expand, level=level,
                              nll=f_hat, deviance=deviance, dof=dof, dispersion=phi,
-                             n_points=len(k))
+                             n_points=len(k), guess_share=share)
 
 
 @dataclasses.dataclass

@@ -90,6 +90,10 @@ def _header(report: Mapping) -> list[str]:
               "selection); **mean** = mean over seeds of the best training setting, with the "
               "per-seed standard deviation and the fraction of seeds that converged "
               "(stopped at early_stop or on a plateau, or reached max_steps on one). "
+              "**guess**: the task's guess level g (the bag-of-values guess, 1/N_f for MQAR); "
+              "**NO RECALL** (flags): the accuracy is not above g at 95%, counting sequences, "
+              "not queries, so the cell adds nothing to S_eff, and every S_eff is fitted with "
+              "the guess in the law, p = g + (1 − g)·law (docs/theory.md, \"Guessing\"). "
               "**UNCONVERGED** (flags): the cell's best run hit max_steps while its validation "
               "accuracy was still improving, so its accuracy is a lower bound of the layer's "
               "recall, not its capacity; "
@@ -108,7 +112,7 @@ def _cells(g: Mapping) -> list[str]:
     if g.get("note"):
         lines.append(f"Note: {g['note']}.")
     lines.append("")
-    header = ["N_f", "L", "Λ", "D", "N", "S", "best acc [95% CI]", "top-k", "mean acc ± sd",
+    header = ["N_f", "L", "Λ", "D", "N", "S", "best acc [95% CI]", "guess", "top-k", "mean acc ± sd",
               "seeds (conv.)", "theory (paper eq.19 / fit)", "flags"]
     rows = []
     for c in g["cells"]:
@@ -118,6 +122,7 @@ def _cells(g: Mapping) -> list[str]:
             _fmt(c["d_state"]),
             "grows with L" if c.get("state_size") is None and b else _fmt(c.get("state_size")),
             f"{_acc(b['accuracy'])} {_acc_ci(b['ci'])}" if b else "failed",
+            _acc(c.get("guess_level")),
             (f"{_acc(b['accuracy_topk'])} (k={b['top_k']})"
              if b and b.get("accuracy_topk") is not None else "–"),
             f"{_acc(m['accuracy'])} ± {_acc(m['std'])}" if m else "–",
@@ -190,10 +195,16 @@ def _efficiency(eff: Mapping, paper_a: float | None = None) -> list[str]:
     for view in ("best", "mean"):
         e = eff.get(view) or {}
         if "ratio" in e:
-            parts.append(f"{view}: {_est(e['ratio'], e['ratio_ci'])} {ci_text(e['ratio_ci'])}")
+            left = (f" ({e['n_no_recall']} cell(s) at the guess level left out)"
+                    if e.get("n_no_recall") else "")
+            parts.append(f"{view}: {_est(e['ratio'], e['ratio_ci'])} {ci_text(e['ratio_ci'])}"
+                         + left)
+        elif e.get("no_recall"):
+            parts.append(f"{view}: no recall beyond guessing, S_eff/S ≤ "
+                         f"{_fmt(e.get('ratio_upper'))}")
     if not parts:
         return []
-    lines = ["**State efficiency** S_eff/S pooled over all cells "
+    lines = ["**State efficiency** S_eff/S pooled over the cells above their guess level "
              "(1 = as good as the simplified linear Mamba of the same state): "
              + "; ".join(parts) + ".", ""]
     law = [(view, eff[view]["law_a"]) for view in ("best", "mean")
@@ -217,6 +228,14 @@ def _configs(configs: Sequence[Mapping]) -> list[str]:
     for cfg in configs:
         e = cfg.get("best") or {}
         if "error" in e:
+            continue
+        if e.get("no_recall"):
+            state = cfg.get("state_size")
+            rows.append([_fmt(cfg["d_model"]), _fmt(cfg["d_state"]), _fmt(cfg["n_layers"]),
+                         "grows with L" if state is None else _fmt(state),
+                         "no recall beyond guessing", f"≤ {_fmt(e.get('s_eff_upper'))}",
+                         f"≤ {_fmt(e['ratio_upper'])}" if "ratio_upper" in e else "–",
+                         "–", "–", "–"])
             continue
         rows.append([_fmt(cfg["d_model"]), _fmt(cfg["d_state"]), _fmt(cfg["n_layers"]),
                      "grows with L" if cfg.get("state_size") is None else _fmt(cfg["state_size"]),

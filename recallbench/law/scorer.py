@@ -61,8 +61,9 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from recallbench.api.canonical import canonical_json, config_hash, plain
-from recallbench.law import declared, extended, fit, theory
-from recallbench.law.cells import best_run, cell_summary, group_label, model_key, task_key
+from recallbench.law import declared, extended, fit, guess, theory
+from recallbench.law.cells import (best_run, cell_summary, group_label, mark_guess, model_key,
+                                   task_key)
 from recallbench.law.records import SCHEMA, ScoreWarning, load_records
 
 __all__ = ["SCHEMA", "REPORT_SCHEMA", "ScoreWarning", "load_records", "best_run", "score",
@@ -82,26 +83,59 @@ def _arr(cells, key, view=None):
     return np.array([c[view][key] for c in cells], float)
 
 
+def _guesses(cells: list[dict]) -> np.ndarray:
+    return np.array([c.get("guess_level") or 0.0 for c in cells], float)
+
+
 def _effective_state(cells: list[dict], family: str, view: str, form: str, level: float,
                      scale) -> fit.EffectiveStateFit:
     return fit.fit_effective_state(_arr(cells, "correct", view), _arr(cells, "total", view),
                                    _arr(cells, "d_model"), _arr(cells, "num_facts"),
                                    _arr(cells, "vocab_size"), family=family, scale=scale,
-                                   form=form, level=level)
+                                   form=form, level=level, guess=_guesses(cells))
+
+
+def _recalling(cells: list[dict], view: str) -> list[dict]:
+    """The cells whose ``view`` shows recall above the guess level (the only ones S_eff
+    is fitted on); cells of tasks without a declared guess level count as recalling."""
+    return [c for c in cells if c[view].get("recall", True)]
+
+
+def _no_recall(cells: list[dict], family: str, view: str, form: str, level: float,
+               scale) -> float:
+    """The upper bound of θ that cells showing no recall leave (``guess.no_recall_bound``)."""
+    return guess.no_recall_bound(_arr(cells, "correct", view), _arr(cells, "total", view),
+                                 _arr(cells, "units", view), _guesses(cells), _arr(cells, "d_model"),
+                                 _arr(cells, "num_facts"), _arr(cells, "vocab_size"),
+                                 family=family, scale=scale, form=form, level=level)
+
+
+NO_RECALL = "no recall beyond guessing: no cell is above its guess level at 95%"
 
 
 def _config_view(group: list[dict], family: str, view: str, form: str, delta: float,
                  level: float) -> dict:
     """S_eff, capacity and Fano ratio of one model configuration, in one view."""
     d, state, bits = group[0]["d_model"], group[0]["state_size"], group[0]["state_bits"]
+    cells = _recalling(group, view)
+    if not cells:
+        try:
+            hi = _no_recall(group, family, view, form, level, 1.0) * 2.0 * d
+        except ValueError as exc:
+            return {"error": str(exc)}
+        ent = {"label": VIEWS[view], "no_recall": True, "note": NO_RECALL, "s_eff": None,
+               "s_eff_ci": None, "s_eff_upper": hi}
+        if state is not None:
+            ent["ratio_upper"] = hi / state
+        return ent
     try:
-        f = _effective_state(group, family, view, form, level, 1.0)
+        f = _effective_state(cells, family, view, form, level, 1.0)
     except ValueError as exc:
         return {"error": str(exc)}
     s_eff, s_ci = f.state(d)
     cap = fit.capacity_report(d, f.theta, group[0]["vocab_size"], family, state, bits, delta, form)
     ent = {"label": VIEWS[view], "n_eff": f.theta, "n_eff_ci": list(f.theta_ci), "s_eff": s_eff,
-           "s_eff_ci": list(s_ci), "dispersion": f.dispersion,
+           "s_eff_ci": list(s_ci), "dispersion": f.dispersion, "n_cells": len(cells),
            "capacity": cap.capacity, "fano_min_bits": cap.fano_min_bits}
     if state is not None:
         ent.update(ratio=s_eff / state, ratio_ci=[x / state for x in s_ci],
@@ -128,17 +162,28 @@ def _config_summaries(cells: list[dict], family: str, form: str, delta: float,
     return out
 
 
+def _scale(cells: list[dict]) -> np.ndarray:
+    return _arr(cells, "state_size") / (2.0 * _arr(cells, "d_model"))
+
+
 def _efficiency(ok: list[dict], family: str, form: str, level: float) -> dict:
-    """S_eff/S pooled over a group's cells, per view."""
-    scale = _arr(ok, "state_size") / (2.0 * _arr(ok, "d_model"))
+    """S_eff/S pooled over a group's cells that show recall, per view (no such cell: "no
+    recall beyond guessing", with the bound the others leave)."""
     out = {}
     for view in VIEWS:
+        cells = _recalling(ok, view)
         try:
-            f = _effective_state(ok, family, view, form, level, scale)
+            if not cells:
+                out[view] = {"label": VIEWS[view], "no_recall": True, "note": NO_RECALL,
+                             "ratio_upper": _no_recall(ok, family, view, form, level, _scale(ok))}
+                continue
+            f = _effective_state(cells, family, view, form, level, _scale(cells))
             out[view] = {
                 "label": VIEWS[view],
                 "ratio": f.theta, "ratio_ci": list(f.theta_ci), "dispersion": f.dispersion,
-                "definition": "S_eff/S pooled over all cells: N_eff,i = ratio * S_i / (2 D_i)"}
+                "n_cells": len(cells), "n_no_recall": len(ok) - len(cells),
+                "definition": "S_eff/S pooled over the cells above their guess level: "
+                              "N_eff,i = ratio * S_i / (2 D_i)"}
         except ValueError as exc:
             out[view] = {"error": str(exc)}
     return out
@@ -325,8 +370,9 @@ def score(records: Iterable[Mapping], *, collapse: bool | str = "auto", form: st
     labels = [group_label(g["model"], g["task"]) for g in groups.values()]
     for (gkey, g), label in zip(groups.items(), labels):
         gid = label if labels.count(label) == 1 else f"{label} #{hashlib.sha1(gkey.encode()).hexdigest()[:6]}"
-        cells = [_mark_unconverged(cell_summary(c["ok"], c["failed"], level), c["ok"],
-                                   include_unconverged) for c in g["cells"].values()]
+        cells = [mark_guess(_mark_unconverged(cell_summary(c["ok"], c["failed"], level),
+                                               c["ok"], include_unconverged), c["ok"], level)
+                 for c in g["cells"].values()]
         cells.sort(key=lambda c: tuple(c.get(k) or 0 for k in
                                        ("num_facts", "seq_len", "n_layers", "d_model", "d_state")))
         out_groups.append(_score_group(gid, g["model"], g["task"], cells, collapse, form, delta,
