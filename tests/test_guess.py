@@ -169,3 +169,22 @@ def test_module_examples():
     import doctest
 
     assert doctest.testmod(guess).failed == 0
+
+
+def test_the_pytest_plugin_summary_says_no_recall():
+    """The plugin's S_eff of one run at the guess level (a state-8 GRU answering 1/N_f): 0
+    with an upper bound, printed as "no recall", never as a positive S_eff."""
+    from recallbench.pytest_plugin import session, summary
+
+    rng = np.random.default_rng(4)
+    rec = record("gru-like", 8, 8, 16, *sequence_counts(rng, 1 / 16, 16), state_size=8)
+    rec.update(steps=100, wall_s=1.0)
+    value, ci, note = session._effective_state(rec)
+    assert value == 0.0 and ci[0] == 0.0 and 0 < ci[1] < math.inf and "no recall" in note
+    row = summary._row({"key": "t", "record": rec, "effective_state": value,
+                        "effective_state_ci": ci, "effective_state_error": note})
+    assert row[4].startswith("no recall (<= ")
+    # a run that recalls keeps its fitted S_eff
+    rec2 = record("gru-like", 8, 8, 16, *sequence_counts(rng, 0.5, 16), state_size=8)
+    value, ci, note = session._effective_state(rec2)
+    assert value > 0 and note is None

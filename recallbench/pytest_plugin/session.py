@@ -71,9 +71,13 @@ _RUNNER = pytest.StashKey[RecallRunner]()
 
 
 def _effective_state(record: dict) -> tuple[float | None, tuple | None, str | None]:
-    """S_eff of one run (recallbench.law.fit.fit_effective_state), or why it is not available."""
+    """S_eff of one run (recallbench.law.fit.fit_effective_state), or why it is not available.
+
+    A run whose accuracy is not above its task's guess level (recallbench.law.guess) has
+    no recall beyond guessing: S_eff 0, with the upper bound the run leaves, and that note.
+    """
     try:
-        from recallbench.law import declared
+        from recallbench.law import declared, guess
         from recallbench.law.fit import fit_effective_state
 
         task = record["config"]["task"]
@@ -81,8 +85,18 @@ def _effective_state(record: dict) -> tuple[float | None, tuple | None, str | No
         if family is None:
             return None, None, f"task {task['name']!r} declares no law family"
         d_model = record["config"]["model"]["d_model"]
+        facts = guess.task_facts(task)
+        g = facts[0] if facts else 0.0
+        if facts is not None:
+            units = guess.units(record["total"], facts[1])
+            if not guess.recall_test(record["correct"], record["total"], units, g)[0]:
+                hi = guess.no_recall_bound(record["correct"], record["total"], units, g,
+                                           d_model, task["num_facts"], task["vocab_size"],
+                                           family=family) * 2.0 * d_model
+                return 0.0, (0.0, float(hi)), (f"no recall beyond guessing: accuracy not "
+                                               f"above the guess level {g:.4g} at 95%")
         fit = fit_effective_state(record["correct"], record["total"], d_model,
-                                  task["num_facts"], task["vocab_size"], family=family)
+                                  task["num_facts"], task["vocab_size"], family=family, guess=g)
         value, (lo, hi) = fit.state(d_model)
         return float(value), (float(lo), float(hi)), None
     except Exception as exc:  # a fit must never fail a test

@@ -36,6 +36,8 @@ def _row(m: dict) -> tuple[str, ...]:
     state = "-" if rec["state_size"] is None else str(rec["state_size"])
     if m.get("effective_state") is None:
         seff = "-"
+    elif m["effective_state"] == 0 and m.get("effective_state_error"):
+        seff = f"no recall (<= {short_number(m['effective_state_ci'][1])})"
     else:
         lo, hi = m["effective_state_ci"]
         seff = f"{short_number(m['effective_state'])} [{short_number(lo)}, {short_number(hi)}]"
