@@ -80,9 +80,15 @@ def _where(path: Path) -> str:
 def check_writable(path: Path, flag: str = "--out") -> None:
     """ConfigError (one line naming ``flag``) unless a file can be written at ``path``;
     its folder is created if needed."""
+    from recallbench.runs.safe_files import special_kind
+
     if path.is_dir():
         raise ConfigError(f"{flag} {_where(path)} is a folder: give a file name, "
                           "e.g. result.json inside it")
+    kind = special_kind(path)
+    if kind is not None:  # writing would block (a FIFO) or go nowhere (a device)
+        raise ConfigError(f"{flag} {_where(path)} is {kind}, not a regular file: "
+                          "give the name of a file to write")
     existing = next(p for p in path.absolute().parents if p.exists())
     if not existing.is_dir():
         raise ConfigError(f"{flag} {_where(path)}: {_where(existing)} is not a folder (it is a file)")
@@ -98,21 +104,23 @@ def check_writable(path: Path, flag: str = "--out") -> None:
 
 
 def save_record(record: dict, out: Path) -> tuple[str, str | None]:
-    """Write ``record`` to ``out``; if that fails, to a file in the temp folder, and if that
+    """Write ``record`` to ``out``; if that fails, to a new file in the temp folder (an
+    unguessable name, created exclusively: never through a planted link), and if that
     fails too, print it on stdout: never lost.  Returns (where it went, why not ``out``)."""
+    from recallbench.runs.safe_files import write_aside, write_regular
+
     text = json.dumps(record, indent=2) + "\n"
     try:
-        out.write_text(text)
+        write_regular(out, text)  # a FIFO or device put there since the check: refused
         return str(out), None
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-    fallback = Path(tempfile.gettempdir()) / f"recallbench-{record['config_hash'][:12]}.json"
-    try:
-        fallback.write_text(text)
+    fallback = write_aside(text, f"recallbench-{str(record.get('config_hash'))[:12]}-",
+                           ".json", [None])
+    if fallback is not None:
         return str(fallback), reason
-    except OSError:
-        print(text, end="")
-        return "standard output (above)", reason
+    print(text, end="")
+    return "standard output (above)", reason
 
 
 def _summary(record: dict, cfg) -> None:

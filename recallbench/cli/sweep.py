@@ -21,7 +21,8 @@ estimate from their step caps).  Exit status: 0 when every point ran ok (or was 
 before, or --limit left the rest), 1 when some point failed (it is recorded with its
 reason; it takes precedence), 3 when the time budget stopped the sweep with points left,
 2 for a user error (nothing run), 130 after Ctrl-C and 143 after SIGTERM (the workers are
-stopped; finished points are kept).
+stopped; finished points are kept).  A record the store cannot take (a full disk) stops the
+sweep with status 1 and one line naming the file it was saved to and the --merge command.
 """
 from __future__ import annotations
 
@@ -251,7 +252,7 @@ def _check_budget_flags(args) -> None:
 
 def _run(args, points, executor, shard, header: str) -> int:
     """Run the sweep (or the adaptive search) into the store; the exit status."""
-    from recallbench.runs.store import Store
+    from recallbench.runs.store import Store, StoreWriteError
 
     echo = lambda line: print(line, flush=True)  # noqa: E731
     st = Store(args.store, shard)
@@ -268,6 +269,9 @@ def _run(args, points, executor, shard, header: str) -> int:
         line, status = stopped(exc, args.store)
         print(line, file=sys.stderr, flush=True)
         return status
+    except StoreWriteError as exc:  # the disk filled up: the record is saved aside
+        print(f"recallbench: error: {exc}", file=sys.stderr, flush=True)
+        return 1
     finally:
         st.close()
     if args.adaptive:

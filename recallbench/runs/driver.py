@@ -70,20 +70,34 @@ def drive(items: Sequence[Sequence[Any]], executor, store,
     ``gate``: a :class:`recallbench.runs.budget.Gate` that the executor asks before it
     starts each item (a time budget); the items it refuses are not run.
     Exceptions of the executor itself (Ctrl-C, a ``reraise`` type) propagate; the records
-    appended until then stay in the store.
+    appended until then stay in the store.  A record the store cannot take (a full disk)
+    stops the loop with :class:`~recallbench.runs.store.StoreWriteError`, after it and the
+    rest of its item are saved aside (the error says where, and how to merge them back).
     """
     from recallbench.api.record import failed_record
+    from recallbench.runs.store import StoreWriteError
 
     tally = tally if tally is not None else Tally()
     configs = [[job.config for job in item] for item in items]
     results = executor.run(configs) if gate is None else executor.run(configs, gate=gate)
-    for i, result in results:
-        item = items[i]
-        if isinstance(result, BaseException):
-            result = [failed_record(job.cfg, f"worker failed: {reason(result)}") for job in item]
-        for job, record in zip(item, result):
-            store.append(record)
-            tally.count(record)
-            if on_record is not None:
-                on_record(job, record, tally)
+    try:
+        for i, result in results:
+            item = items[i]
+            if isinstance(result, BaseException):
+                result = [failed_record(job.cfg, f"worker failed: {reason(result)}")
+                          for job in item]
+            pairs = list(zip(item, result))
+            for k, (job, record) in enumerate(pairs):
+                try:
+                    store.append(record)
+                except StoreWriteError as exc:  # the rest of the item goes where it went
+                    exc.set_aside([rec for _, rec in pairs[k + 1:]])
+                    raise
+                tally.count(record)
+                if on_record is not None:
+                    on_record(job, record, tally)
+    finally:
+        close = getattr(results, "close", None)
+        if close is not None:  # left early: the executor stops the work in flight now
+            close()
     return tally

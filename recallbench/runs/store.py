@@ -25,6 +25,7 @@ import dataclasses
 import json
 import os
 import re
+import stat
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -37,6 +38,54 @@ SHARD_RE = re.compile(r"^results\.shard-(\d+)-of-(\d+)\.jsonl$")
 
 class StoreWarning(UserWarning):
     """Something in a store that was skipped: a torn line, an entry that is not a record."""
+
+
+class StoreWriteError(ConfigError):
+    """Records that could not be appended to a store (a full disk, an I/O error), and the
+    file they were saved to instead: beside the store's files, else in the temp folder,
+    else printed on standard output.  Nothing trained is lost."""
+
+    def __init__(self, store: "Store", why: str, records: list[dict]):
+        self.store, self.why, self.records = store, why, []
+        self.saved_to: Path | None = None
+        self.set_aside(records)
+        super().__init__(str(self))
+
+    def set_aside(self, more: list[dict]) -> None:
+        """Save ``more`` records with those already set aside, in one new file."""
+        from recallbench.runs.safe_files import write_aside
+
+        if not more:
+            return
+        self.records += list(more)
+        text = "".join(_line(r) for r in self.records)
+        old = self.saved_to
+        self.saved_to = write_aside(text, f"{self.store.file.stem}.unmerged-", ".jsonl",
+                                    [self.store.path, None])
+        if self.saved_to is None:
+            print(text, end="", flush=True)
+        if old is not None and old != self.saved_to:
+            try:
+                old.unlink()
+            except OSError:
+                pass
+        self.args = (str(self),)
+
+    def __str__(self) -> str:
+        n = len(self.records)
+        what = f"{n} finished record{'s' if n > 1 else ''}"
+        if self.saved_to is None:
+            return (f"cannot append to store file {self.store.file} ({self.why}); stopped: the "
+                    f"{what} could be saved nowhere else and {'were' if n > 1 else 'was'} "
+                    f"printed on standard output as JSON lines")
+        return (f"cannot append to store file {self.store.file} ({self.why}); stopped: the "
+                f"{what} saved to {self.saved_to}; once the store can be written, merge "
+                f"{'them' if n > 1 else 'it'} back with: recallbench sweep --merge "
+                f"{self.saved_to} --store {self.store.path}")
+
+
+def _line(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=False, separators=(",", ":"), default=str) + "\n"
 
 
 def _default_warn(message: str) -> None:
@@ -53,13 +102,27 @@ def store_files(path: str | Path) -> list[Path]:
     files = []
     if (path / RESULTS).is_file():
         files.append(path / RESULTS)
+    _check_regular(path / RESULTS)
     shards = []
     for p in path.iterdir() if path.is_dir() else ():
         m = SHARD_RE.match(p.name)
         if m and p.is_file():
             shards.append(((int(m.group(2)), int(m.group(1))), p))
+        elif m:
+            _check_regular(p)
     files += [p for _, p in sorted(shards)]
     return files
+
+
+def _check_regular(path: Path) -> None:
+    """ConfigError when a store's record file exists but is a FIFO, a socket or a device
+    (reading or appending would block or lose what is written); a folder is one too."""
+    from recallbench.runs.safe_files import special_kind
+
+    kind = special_kind(path) or ("a folder" if path.is_dir() else None)
+    if kind is not None:
+        raise ConfigError(f"--store {path.parent}: {path.name} is {kind}, not a regular "
+                          "file: move it away (a store's results*.jsonl are plain files)")
 
 
 def is_store(path: str | Path) -> bool:
@@ -173,7 +236,10 @@ def _store_lines(path: Path, warn: Callable[[str], None]
     elif path.is_file():
         files = [path]
     elif path.exists():
-        raise ConfigError(f"store {path} is neither a directory nor a file")
+        from recallbench.runs.safe_files import special_kind
+
+        raise ConfigError(f"--store {path} is {special_kind(path) or 'not a regular file'}: "
+                          "expected a store directory (or a .jsonl file)")
     else:
         files = []
     entries, torn = [], []
@@ -236,13 +302,23 @@ class Store:
         if self._fd is not None:
             return self
         if self.path.exists() and not self.path.is_dir():
-            raise ConfigError(f"--store {self.path} exists and is not a directory")
+            from recallbench.runs.safe_files import special_kind
+
+            kind = special_kind(self.path)
+            raise ConfigError(f"--store {self.path} exists and is not a directory"
+                              + (f" (it is {kind})" if kind else ""))
+        _check_regular(self.file)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             new = not self.file.exists()
-            fd = os.open(self.file, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.file, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
         except OSError as exc:
             raise ConfigError(f"cannot write store {self.file}: {exc.strerror}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO since the check
+            os.close(fd)
+            _check_regular(self.file)
+            raise ConfigError(f"--store {self.path}: {self.file.name} is not a regular file")
+        os.set_blocking(fd, True)
         try:
             import fcntl
 
@@ -264,15 +340,19 @@ class Store:
             _write_all(self._fd, b"\n")  # a torn tail stays on its own line, reported on read
 
     def append(self, record: dict[str, Any]) -> None:
-        """Append one record as a line, and make it durable before returning."""
+        """Append one record as a line, and make it durable before returning.
+
+        :class:`StoreWriteError` (the record saved aside, see there) when it cannot be."""
         if self._fd is None:
             self.open()
-        if not self._fresh_line_checked:
-            self._ensure_fresh_line()
-            self._fresh_line_checked = True
-        line = json.dumps(record, sort_keys=False, separators=(",", ":"), default=str) + "\n"
-        _write_all(self._fd, line.encode("utf-8"))
-        os.fsync(self._fd)
+        try:
+            if not self._fresh_line_checked:
+                self._ensure_fresh_line()
+                self._fresh_line_checked = True
+            _write_all(self._fd, _line(record).encode("utf-8"))
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise StoreWriteError(self, exc.strerror or type(exc).__name__, [record]) from None
 
     def close(self) -> None:
         if self._fd is not None:
