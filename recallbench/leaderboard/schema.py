@@ -15,9 +15,9 @@ The training protocol's facts that a point copies from its record (``lr_search``
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
-
+import datetime
 import re
+from typing import Any, Callable, Mapping
 
 from recallbench.leaderboard.checks import is_count, is_int, is_num, need, short
 
@@ -55,7 +55,7 @@ OPT_COUNT = (_opt(is_count), "null or an integer count")
 OPT_SECONDS = (_opt(_nonneg), "null or a finite number >= 0")
 
 HEADER = {"schema": TEXT, "suite": TEXT, "suite_recipe_sha256": TEXT, "sha256": TEXT,
-          "created": OPT_TEXT, "artifacts": (_opt(_text_list), "a list of paths"),
+          "artifacts": (_opt(_text_list), "a list of paths"),
           "model": (lambda x: isinstance(x, dict), "a mapping"),
           "budgets": (lambda x: isinstance(x, list) and x, "a non-empty list"),
           "scoring": (lambda x: isinstance(x, dict), "a mapping"),
@@ -91,6 +91,21 @@ POINT = {"num_facts": (lambda x: is_count(x, 1), "a positive integer"),
 SCORE_VALUE = (_opt(is_num), "null or a finite number")
 SCORE_CI = (lambda x: isinstance(x, list) and len(x) == 2 and all(SCORE_VALUE[0](v) for v in x),
             "a list of two numbers or nulls")
+
+
+def check_created(value: Any, where: str) -> None:
+    """``created``: a date ``YYYY-MM-DD`` (a real one) no later than today, in UTC, the
+    clock ``submit`` writes it with."""
+    today = datetime.datetime.now(datetime.timezone.utc).date()
+    day = None
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", value):
+        try:
+            day = datetime.date.fromisoformat(value)
+        except ValueError:
+            pass
+    need(day is not None and day <= today, f"{where}: created",
+         f"must be a date YYYY-MM-DD no later than today ({today.isoformat()}, UTC); "
+         f"got {short(value)}")
 
 
 def check_fields(obj: Mapping, spec: Mapping, where: str) -> None:

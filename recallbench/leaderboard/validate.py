@@ -33,7 +33,7 @@ from recallbench.leaderboard.points import (check_delta, first_mismatch, merge_c
 from recallbench.leaderboard.recompute import check_info_bits, check_library, check_state
 from recallbench.leaderboard.protocol import check_point_protocol
 from recallbench.leaderboard.schema import (BUDGET, ENVIRONMENT, HEADER, MAX_TEXT, POINT,
-                                            check_fields, check_protocol_fields,
+                                            check_created, check_fields, check_protocol_fields,
                                             check_provenance, check_score)
 from recallbench.leaderboard.scoring import (budget_scores, point_records, rounded, score_records,
                                              scoring_entry)
@@ -78,6 +78,8 @@ def _check_header(sub: Any, suite: Suite, where: str) -> None:
     """Fields, schema, content sha256, suite, recipe hash, scoring, environment, paths."""
     check_keys(sub, SUB_KEYS, SUB_KEYS - {"artifacts", "created"}, where)
     check_fields(sub, HEADER, where)
+    if "created" in sub:
+        check_created(sub["created"], where)
     need(sub["schema"] == SUBMISSION_SCHEMA, where,
          f"schema must be {SUBMISSION_SCHEMA!r} (got {short(sub['schema'])})")
     need(bool(re.fullmatch(r"[0-9a-f]{64}", sub["sha256"])), where, "sha256 must be 64 hex digits")
