@@ -418,7 +418,7 @@ def test_render_and_check(tiny, cli):
     rc, out, err = cli("leaderboard", "render", str(d))
     assert rc == 0, err
     readme = (d / "README.md").read_text()
-    assert "designed-ref" in readme and "N_f* per kbit" in readme and "acc N_f=8" in readme
+    assert "designed-ref" in readme and "N_f\\* per kbit" in readme and "acc N_f=8" in readme
     png = d / lb.PLOT
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rc, out, _ = cli("leaderboard", "render", str(d), "--check")

@@ -35,6 +35,12 @@ def _check_out(out: Path, force: bool) -> None:
     if out.suffix not in (".yaml", ".yml"):
         raise ConfigError(f"--out {out}: submissions are .yaml files")
     from recallbench.cli.main import check_writable
+    from recallbench.leaderboard.checks import check_file_name
+
+    try:  # validate refuses any other name: refuse it before the work, not after
+        check_file_name(out)
+    except ConfigError as exc:
+        raise ConfigError(f"--out {exc}") from None
 
     if (out.exists() or out.is_symlink()) and not out.is_dir() and not force:
         raise ConfigError(f"{out} exists (use --force to replace it)")

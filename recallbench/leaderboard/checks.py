@@ -5,7 +5,9 @@ Every failed check raises :class:`ConfigError` as ``"<where>: <message>"``.
 from __future__ import annotations
 
 import math
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 from recallbench.api.errors import ConfigError
@@ -47,6 +49,17 @@ def check_name(value: Any, where: str) -> str:
     need(isinstance(value, str) and bool(NAME_RE.match(value)) and ".." not in value,
          where, f"{short(value)} is not a plain name (letters, digits, . _ + -; no '/', no '..')")
     return value
+
+
+def check_file_name(path: Path) -> Path:
+    """A submission file's name: a plain name (as :func:`check_name`) then ``.yaml`` or
+    ``.yml``, so that it can be shown anywhere (README.md, the page) as it is."""
+    stem, suffix = (path.name[:-len(path.suffix)], path.suffix) if path.suffix else (path.name, "")
+    need(suffix in (".yaml", ".yml") and bool(NAME_RE.match(stem)) and ".." not in stem,
+         f"{path.parent}{os.sep}{short(path.name)}",
+         "a submission file name is a plain name (letters, digits, . _ + -; 1 to 64 "
+         "characters, starting with a letter or digit) then .yaml")
+    return path
 
 
 def check_relative_path(value: Any, where: str) -> str:

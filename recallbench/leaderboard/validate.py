@@ -26,8 +26,8 @@ from typing import Any, Callable, Mapping
 
 from recallbench.api.canonical import SECTIONS, config_hash
 from recallbench.api.errors import ConfigError
-from recallbench.leaderboard.checks import (check_keys, check_name, check_relative_path, is_num,
-                                            need, short)
+from recallbench.leaderboard.checks import (check_file_name, check_keys, check_name,
+                                            check_relative_path, is_num, need, short)
 from recallbench.leaderboard.points import (check_delta, first_mismatch, merge_config,
                                             shared_model_config)
 from recallbench.leaderboard.recompute import check_info_bits, check_library, check_state
@@ -248,9 +248,8 @@ def check_submission(sub: Any, suite: Suite, where: str, *, check_scores: bool =
 def validate_file(path: str | Path, suite_dir: str | Path | None = None, *,
                   check_scores: bool = True) -> tuple[dict, Suite, list[str]]:
     """Read and check one submission file; (submission, suite, notes) or ConfigError."""
-    path = Path(path)
+    path = check_file_name(Path(path))
     where = str(path)
-    need(path.suffix in (".yaml", ".yml"), where, "submission files are .yaml")
     if suite_dir is None:
         suite_dir = find_suite_for(path)
     else:
