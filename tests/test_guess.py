@@ -188,3 +188,60 @@ def test_the_pytest_plugin_summary_says_no_recall():
     rec2 = record("gru-like", 8, 8, 16, *sequence_counts(rng, 0.5, 16), state_size=8)
     value, ci, note = session._effective_state(rec2)
     assert value > 0 and note is None
+
+
+def _guess_only_store(tmp_path):
+    import json
+
+    rng = np.random.default_rng(5)
+    recs = [record("gru-like", d, d, nf, *sequence_counts(rng, 1 / nf, nf), state_size=d)
+            for d in (16, 32) for nf in (4, 8, 16)]
+    path = tmp_path / "guess.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+def test_score_cli_reports_no_recall_and_can_credit_guessing_for_old_reports(tmp_path, cli):
+    import json
+
+    path = _guess_only_store(tmp_path)
+    rc, out, err = cli("score", str(path), "--out", str(tmp_path / "r"), "--no-figures")
+    assert rc == 0, err
+    rep = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert rep["settings"]["guess"] is True
+    assert rep["groups"][0]["efficiency"]["best"]["no_recall"]
+    assert "no recall beyond guessing" in (tmp_path / "r" / "report.md").read_text()
+    rc, out, err = cli("score", str(path), "--out", str(tmp_path / "old"), "--no-figures",
+                       "--credit-guessing")
+    assert rc == 0, err
+    old = json.loads((tmp_path / "old" / "report.json").read_text())
+    assert old["settings"]["guess"] is False
+    assert old["groups"][0]["efficiency"]["best"]["ratio"] > 0.1  # what guessing used to earn
+
+
+def test_a_suite_chooses_whether_it_judges_guessing(tmp_path):
+    """Suites made before the guess level keep the law alone (so their stored scores still
+    verify); a suite that sets scoring.guess gets the guess-aware scorer; a bad value is
+    refused naming the field."""
+    from recallbench.api.errors import ConfigError
+    from recallbench.leaderboard import scoring
+    from recallbench.leaderboard.suite import load_suite
+
+    import yaml
+
+    src = yaml.safe_load(open("leaderboards/cpu-v2/suite.yaml"))
+    recs = scorer.load_records([_guess_only_store(tmp_path)])
+    for value, no_recall in ((None, False), (True, True)):
+        data = {**src, "scoring": {**src.get("scoring", {})}}
+        if value is not None:
+            data["scoring"]["guess"] = value
+        d = tmp_path / str(value) / "cpu-v2"
+        d.mkdir(parents=True)
+        (d / "suite.yaml").write_text(yaml.safe_dump(data))
+        eff = scoring.score_records(recs, load_suite(d))["groups"][0]["efficiency"]["best"]
+        assert bool(eff.get("no_recall")) is no_recall
+    data = {**src, "scoring": {"guess": "yes"}}
+    (tmp_path / "bad" / "cpu-v2").mkdir(parents=True)
+    (tmp_path / "bad" / "cpu-v2" / "suite.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="scoring.guess must be true or false"):
+        load_suite(tmp_path / "bad" / "cpu-v2")

@@ -66,6 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fit also the cells whose best run hit max_steps while improving, "
                              "at that lower bound (a sensitivity check; by default they are "
                              "shown but left out of every fit)")
+    parser.add_argument("--credit-guessing", action="store_true",
+                        help="score with the law alone, as versions before the guess level did: "
+                             "accuracy at the task's guess level (1/N_f) then earns an effective "
+                             "state (for comparing with old reports only)")
     parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     parser.add_argument("--allow-impossible", action="store_true",
                         help="exit 0 even when a result beats the Fano bound")
@@ -85,7 +89,8 @@ def command(args) -> int:
         _check_usable(records, args.inputs)
         collapse = {"auto": "auto", "always": True, "never": False}[args.collapse]
         report = score(records, collapse=collapse, form=args.form, delta=args.delta,
-                       include_unconverged=args.include_unconverged)
+                       include_unconverged=args.include_unconverged,
+                       guess=not args.credit_guessing)
     report["warnings"] = load_notes + report["warnings"]
     for note in report["warnings"][:MAX_WARNINGS]:
         print(f"recallbench: warning: {note}", file=sys.stderr)

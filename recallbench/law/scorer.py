@@ -346,7 +346,8 @@ def _impossible(groups: list[dict], warn) -> list[dict]:
 
 
 def score(records: Iterable[Mapping], *, collapse: bool | str = "auto", form: str = "eq19",
-          delta: float = 0.01, level: float = 0.95, include_unconverged: bool = False) -> dict:
+          delta: float = 0.01, level: float = 0.95, include_unconverged: bool = False,
+          guess: bool = True) -> dict:
     """The report of a list of result records, as a JSON-ready dict.
 
     ``collapse``: ``"auto"`` fits the collapse for groups whose adapter declares a law
@@ -354,7 +355,10 @@ def score(records: Iterable[Mapping], *, collapse: bool | str = "auto", form: st
     ``False`` for none.  ``form`` is the law the fitted effective state uses (eq. 19 by
     default); ``delta`` the failure rate of the capacity N_f*(δ); ``level`` the confidence
     level of every interval; ``include_unconverged``: fit the cells whose best run the cap
-    cut while improving too, at that lower bound (a sensitivity check).
+    cut while improving too, at that lower bound (a sensitivity check); ``guess``: judge
+    each cell against its task's guess level and fit S_eff with the guess in the law
+    (False: the law alone, which credits guessing; the scoring of suites made before the
+    guess level, kept so their submissions still verify).
     """
     theory._check_form(form)
     records = list(records)
@@ -370,9 +374,11 @@ def score(records: Iterable[Mapping], *, collapse: bool | str = "auto", form: st
     labels = [group_label(g["model"], g["task"]) for g in groups.values()]
     for (gkey, g), label in zip(groups.items(), labels):
         gid = label if labels.count(label) == 1 else f"{label} #{hashlib.sha1(gkey.encode()).hexdigest()[:6]}"
-        cells = [mark_guess(_mark_unconverged(cell_summary(c["ok"], c["failed"], level),
-                                               c["ok"], include_unconverged), c["ok"], level)
-                 for c in g["cells"].values()]
+        cells = [_mark_unconverged(cell_summary(c["ok"], c["failed"], level), c["ok"],
+                                   include_unconverged) for c in g["cells"].values()]
+        if guess:
+            cells = [mark_guess(cell, c["ok"], level)
+                     for cell, c in zip(cells, g["cells"].values())]
         cells.sort(key=lambda c: tuple(c.get(k) or 0 for k in
                                        ("num_facts", "seq_len", "n_layers", "d_model", "d_state")))
         out_groups.append(_score_group(gid, g["model"], g["task"], cells, collapse, form, delta,
@@ -382,7 +388,7 @@ def score(records: Iterable[Mapping], *, collapse: bool | str = "auto", form: st
     report = {
         "schema": REPORT_SCHEMA,
         "settings": {"collapse": collapse, "form": form, "delta": delta, "level": level,
-                     "include_unconverged": include_unconverged,
+                     "include_unconverged": include_unconverged, "guess": guess,
                      "interval": "Clopper-Pearson", "fit_ci": "profile likelihood, quasi-binomial"},
         "n_records": len(records), "n_runs": len(unique), "n_ok": n_ok,
         "n_failed": len(unique) - n_ok,

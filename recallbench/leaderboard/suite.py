@@ -18,7 +18,9 @@ A suite (``leaderboards/<suite>/suite.yaml``, schema ``recallbench.suite/1``)::
     device: cpu                          # where `leaderboard run` trains
     threads: 1
     tolerance: {accuracy: 0.02}          # `verify`: largest |accuracy difference| allowed
-    scoring: {delta: 0.01, form: eq19, level: 0.95}     # passed to scorer.score
+    scoring: {delta: 0.01, form: eq19, level: 0.95, guess: true}  # passed to scorer.score
+                                         # (guess: judge cells against the guess level;
+                                         # false when absent, the scoring of older suites)
     retired: "superseded by ..."        # optional: no new runs or submissions
 
 The learning rate comes in one of two ways:
@@ -246,8 +248,10 @@ def _check_recipe(data: Mapping, where: str) -> None:
     tol = (data.get("tolerance") or {}).get("accuracy", 0.02)
     need(is_num(tol) and 0 <= tol <= 1, where, "tolerance.accuracy must be in [0, 1]")
     need(isinstance(data.get("scoring") or {}, dict)
-         and set(data.get("scoring") or {}) <= {"delta", "form", "level"}, where,
-         "scoring may set delta, form and level only")
+         and set(data.get("scoring") or {}) <= {"delta", "form", "level", "guess"}, where,
+         "scoring may set delta, form, level and guess only")
+    need(isinstance((data.get("scoring") or {}).get("guess", False), bool), where,
+         "scoring.guess must be true or false")
     retired = data.get("retired")
     need(retired is None or (isinstance(retired, str) and 0 < len(retired) <= 500), where,
          "retired must be a text of 1 to 500 characters (why, and what replaces the suite)")
