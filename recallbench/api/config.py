@@ -40,6 +40,7 @@ LIMITS: dict[str, int] = {
     "train.max_steps": 10**9, "train.batch_size": 2**20, "train.val_size": 2**24,
     "train.test_size": 2**24, "train.val_every": 10**9, "train.top_k": 2**24,
     "train.seed": 2**32 - 1, "train.threads": CPUS, "train.patience": 10**9,
+    "train.max_steps_limit": 10**9,
 }
 
 #: ``train.lr: auto``: the learning rates a search tries, a log grid over [1e-4, 3e-2]
@@ -49,7 +50,7 @@ AUTO_LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 MAX_LRS = 16
 #: train keys left out of the resolved config (and so of its hash) while they are null:
 #: keys added after the first records, whose null is the behaviour of those records
-OMITTED_WHEN_NULL = ("patience",)
+OMITTED_WHEN_NULL = ("patience", "max_steps_limit")
 LR_FORMS = (f"a number > 0, a list of 1 to {MAX_LRS} numbers > 0, or auto "
             f"(the log grid {', '.join(f'{x:g}' for x in AUTO_LRS)})")
 
@@ -105,6 +106,17 @@ class TrainConfig:
     #: converged (see :mod:`recallbench.harness.convergence`); set e.g. 20 (500 steps at
     #: val_every 25) with a large max_steps to train "until converged".
     patience: int | None = None
+    #: train to convergence, not to the cap: a run that reaches ``max_steps`` still
+    #: improving (not converged) continues from its own weights, optimizer and schedule
+    #: state with the cap doubled, again at each cap, until it converges or its cap reaches
+    #: this limit (the last doubling stops at it).  The record's ``extended`` counts the
+    #: doublings and ``max_steps_reached`` is the final cap.  Null (the default, left out
+    #: of the resolved config and its hash): the cap is ``max_steps``.  Single runs only
+    #: (a batched ensemble refuses it); see :mod:`recallbench.harness.module` for the
+    #: schedule.  Set ``patience`` too: with null patience a run at the guess level for
+    #: :data:`~recallbench.harness.convergence.PLATEAU_WINDOW` validations counts as
+    #: converged and is not extended.
+    max_steps_limit: int | None = None
     val_size: int = 512  # fixed validation sequences
     test_size: int = 2048  # fixed test sequences
     threads: int | None = None  # CPU threads; null: pick the fastest for the model size
@@ -120,6 +132,9 @@ class TrainConfig:
 
     def validate(self) -> None:
         check_limit("train.max_steps", self.max_steps, 0)
+        if self.max_steps_limit is not None:
+            check_limit("train.max_steps_limit", self.max_steps_limit, self.max_steps,
+                        "(at least train.max_steps), or null")
         check_limit("train.batch_size", self.batch_size, 1)
         self.lr = check_lr(self.lr)
         if self.patience is not None:

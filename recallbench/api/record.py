@@ -10,6 +10,9 @@ Schema ``recallbench.result/1`` (every key always present)::
     evaluation-only model), stop_reason ("early_stop" | "plateau" | "max_steps" | null),
     steps_to ({"0.5", "0.9", "0.99"} → the first validation step whose accuracy reached
     that level, or null; :mod:`recallbench.harness.convergence`),
+    extended (how many times the cap doubled for a run still improving at it:
+    ``train.max_steps_limit``, :mod:`recallbench.harness.module`; 0 without),
+    max_steps_reached (the cap the run ended under: max_steps, or the last doubled cap),
     lr (the learning rate of the model scored), lr_search (null for a single lr; for a
     list or auto, one entry per candidate ``{lr, val_accuracy, steps, converged,
     error}``, :mod:`recallbench.harness.lr_search`),
@@ -107,7 +110,8 @@ def make_record(cfg, adapter, model, test: dict[str, Any], *, steps: int, train_
                 val_accuracy: float | None, best_step: int, device: torch.device,
                 convergence: dict[str, Any]) -> dict:
     """The record of a trained (or evaluated) model; ``convergence``: the
-    ``converged``, ``stop_reason`` and ``steps_to`` of its validation history."""
+    ``converged``, ``stop_reason`` and ``steps_to`` of its validation history, and where
+    the cap was extended, ``extended`` and ``max_steps_reached``."""
     dtype = next(model.parameters()).dtype
     return {
         "schema": SCHEMA,
@@ -124,6 +128,8 @@ def make_record(cfg, adapter, model, test: dict[str, Any], *, steps: int, train_
         "converged": bool(convergence["converged"]),
         "stop_reason": convergence["stop_reason"],
         "steps_to": convergence["steps_to"],
+        "extended": int(convergence.get("extended", 0)),
+        "max_steps_reached": int(convergence.get("max_steps_reached", cfg.train.max_steps)),
         "lr": cfg.train.lr,
         "lr_search": None,
         "state_size": adapter.state_size(),

@@ -59,6 +59,10 @@ D = 8: 1.43x / 2.26x; D = 16: 1.29x / 2.10x; D = 32: 1.08x / 1.84x; the Table-8 
 process keeps every core busy: against the same 8 runs over 2 worker processes (each on
 one thread) it was 1.22x faster at D = 4 and 0.83x as fast at D = 64.
 
+Not supported: ``train.max_steps_limit`` (extending a run still improving at its cap,
+:mod:`recallbench.harness.module`) is refused with an :class:`EnsembleError`; a
+learning-rate search with it trains its candidates one by one.
+
 Limits: the blocks must vmap (pure PyTorch ops, no data-dependent Python control flow,
 no custom CUDA/Triton kernels, no in-place updates of buffers); :func:`run_ensemble` checks
 that the vmapped forward matches the plain one and raises :class:`EnsembleError` (a
@@ -117,6 +121,11 @@ def run_ensemble(configs: Sequence[RunConfig | Mapping[str, Any]], progress: boo
     searches = [as_config(c) for c in configs]
     if not searches:
         return []
+    for i, c in enumerate(searches):
+        if c.train.max_steps_limit is not None:
+            raise EnsembleError(f"train.max_steps_limit = {c.train.max_steps_limit} (config {i}): "
+                                "a batched ensemble does not extend its members' cap; train "
+                                "such configs as single runs (without --ensemble)")
     check_same_shape(searches)
     check_mode(compile)
     ADAPTERS.require(searches[0].model.adapter)

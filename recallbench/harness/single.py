@@ -97,7 +97,8 @@ class Trained:
         return self.module.best_val if self.module.best_state is not None else None
 
     def convergence(self) -> dict[str, Any]:
-        return self.module.history.summary(self.adapter.trainable)
+        return {**self.module.history.summary(self.adapter.trainable),
+                **self.module.extension()}
 
     def save_weights(self, path: str | Path) -> None:
         """The model's ``state_dict`` to ``path``, written whole or not at all."""
@@ -144,7 +145,8 @@ def train_one(cfg: RunConfig, device: torch.device, show: bool) -> Trained:
         trainer = Trainer(
             accelerator="gpu" if device.type == "cuda" else "cpu",
             devices=[device.index or 0] if device.type == "cuda" else 1,
-            max_steps=tc.max_steps, val_check_interval=min(tc.val_every, tc.max_steps),
+            max_steps=tc.max_steps if tc.max_steps_limit is None else tc.max_steps_limit,
+            val_check_interval=min(tc.val_every, tc.max_steps),
             check_val_every_n_epoch=None, num_sanity_val_steps=0, logger=False,
             enable_checkpointing=False, enable_model_summary=False,
             enable_progress_bar=show, callbacks=callbacks,
