@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from float_bounds import assert_within, sensitivity
+from float_bounds import C, assert_within, sensitivity
 
 pytest.importorskip("fla")
+
+pytestmark = pytest.mark.parity
 
 from recallbench.adapters.cpu import fla_chunked_gla as G  # noqa: E402
 from recallbench.adapters.cpu import fla_kernels as K  # noqa: E402
@@ -29,8 +31,6 @@ from recallbench.api.registry import ADAPTERS, TASKS  # noqa: E402
 from recallbench.harness.model import RecallModel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-C_KERNEL = 8  # one kernel: decays, products, a chunked sum, a handful of float32 stages
-C_MODEL = 16  # a whole model: embedding, projections, norms, the kernel, the read-out
 B, T, H, DK, DV, M = 2, 37, 2, 8, 5, 6  # T = 37: not a multiple of any chunk length
 STRENGTH = {"weak": 0.05, "strong": 8.0}  # × logsigmoid: Σ|g| per chunk far below / above LIMIT
 
@@ -139,7 +139,7 @@ def test_matches_the_naive_reference_in_float32_and_float64(op, strength, reques
     assert all(t.dtype == torch.float64 for t in theirs64)
     assert all(a.dtype == torch.float32 for a in ours)
     sens = sensitivity(lambda: _run(naive, args64, kw64, torch.float64), _tensors(args64, kw64))
-    assert_within(ours, theirs64, sens, C_KERNEL)
+    assert_within(ours, theirs64, sens, C)
 
 
 def test_both_forms_are_exercised():
@@ -162,7 +162,7 @@ def test_extreme_decays_stay_finite():
     def own():  # in float64
         return [(q64 * k64).sum(-1, keepdim=True) * v64]
 
-    assert_within([o], own(), sensitivity(own, [q64, k64, v64]), C_KERNEL, ["o"])
+    assert_within([o], own(), sensitivity(own, [q64, k64, v64]), C, ["o"])
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
 
 
@@ -218,7 +218,7 @@ def test_models_agree_with_the_naive_table(name, request):
         sens = sensitivity(lambda: _logits_and_grads(model64, x), list(model64.parameters()))
     assert len(chunked) == len(naive) > 3 and naive[0].dtype == torch.float64
     assert all(a.dtype == torch.float32 for a in chunked)
-    assert_within(chunked, naive, sens, C_MODEL)
+    assert_within(chunked, naive, sens, C)
 
 
 # ---------------------------------------------------------------------------

@@ -9,17 +9,14 @@ import copy
 
 import pytest
 import torch
-from float_bounds import assert_within, sensitivity
+from float_bounds import C, assert_within, sensitivity
 
 pytest.importorskip("fla")
 
 from recallbench.adapters.cpu.fla_swaps import SWAPS  # noqa: E402
 
-# a whole layer: token shift, five LoRA projections, exp decays, the recurrence, a group norm,
-# a swish gate and the output projection: about a dozen float32 stages, each at most about one
-# input round-off (tests/float_bounds.py)
-C = 16
-pytestmark = pytest.mark.filterwarnings("ignore:According to Bo")  # fla's notice on building RWKV6
+pytestmark = [pytest.mark.parity,
+              pytest.mark.filterwarnings("ignore:According to Bo")]  # fla's notice on building RWKV6
 
 
 def _layer(dtype):
