@@ -15,6 +15,7 @@ import time
 import pytest
 import yaml
 
+from recallbench.api.canonical import config_hash
 from recallbench.runs.store import Store, read_store
 
 TASK = {"name": "mqar", "vocab_size": 32, "seq_len": 16, "num_facts": 4}
@@ -26,8 +27,12 @@ CONFIG = {"task": TASK, "model": {"adapter": "designed", "d_model": 8, "d_state"
 
 
 def record(h="a" * 64, **fields):
-    return {"schema": "recallbench.result/1", "status": "ok", "config_hash": h, "accuracy": 0.5,
-            "correct": 8, "total": 16, "state_size": 64, "seed": 0, "config": CONFIG, **fields}
+    """An ok record; ``h`` names which one (a distinct seed per first letter), and its
+    config_hash is its config's, as a store's reader checks."""
+    config = {**CONFIG, "train": {"seed": "abcdef".index(h[0])}}
+    return {"schema": "recallbench.result/1", "status": "ok", "config_hash": config_hash(config),
+            "accuracy": 0.5, "correct": 8, "total": 16, "state_size": 64, "seed": 0,
+            "config": config, **fields}
 
 
 def sweep_file(tmp_path, data, name="s.yaml"):
@@ -140,12 +145,13 @@ def test_failed_merge_leaves_no_store_and_first_wins_when_asked(cli, tmp_path):
     b = store(tmp_path, "b", record(accuracy=0.75, correct=12), record("f" * 64))
     rc, out, err = cli("sweep", "--merge", a, b, "--store", "c")
     assert rc == 2 and not (tmp_path / "c").exists()
-    assert "conflict: config aaaaaaaaaaaa: a/results.jsonl:1 has accuracy 0.5000 (8/16), " \
-           "b/results.jsonl:1 has accuracy 0.7500 (12/16)" in err
+    assert (f"conflict: config {record()['config_hash'][:12]}: a/results.jsonl:1 has accuracy "
+            "0.5000 (8/16), b/results.jsonl:1 has accuracy 0.7500 (12/16)") in err
     rc, out, err = cli("sweep", "--merge", a, b, "--store", "c", "--on-conflict", "first")
     assert rc == 0 and "1 conflicting config hashes: the first listed kept" in out
     got = read_store(tmp_path / "c").by_hash
-    assert got["a" * 64]["accuracy"] == 0.5 and got["f" * 64]["status"] == "ok"
+    assert got[record()["config_hash"]]["accuracy"] == 0.5
+    assert got[record("f")["config_hash"]]["status"] == "ok"
 
 
 def test_equal_records_are_duplicates_not_conflicts(cli, tmp_path):

@@ -167,8 +167,12 @@ def load_records(paths: Iterable[str | Path] | str | Path) -> list[dict]:
     as in a store, a torn line (a crash mid-write, anywhere in the file) is skipped with a
     :class:`ScoreWarning`.  A ``.json`` file holds a record or a list of records.  Entries
     that are not ``recallbench.result/1`` records are skipped with a warning; a record with
-    a value the scorer cannot use is a :class:`ConfigError` (:func:`check_record`).
+    a value the scorer cannot use is a :class:`ConfigError` (:func:`check_record`); one
+    filed under another config's hash, or with impossible counts, is skipped with a
+    warning (:func:`recallbench.runs.verify.record_problem`).
     """
+    from recallbench.runs.verify import record_problem
+
     if isinstance(paths, (str, Path)):
         paths = [paths]
     records: list[dict] = []
@@ -182,5 +186,9 @@ def load_records(paths: Iterable[str | Path] | str | Path) -> list[dict]:
                       f"(schema {short(got, 40)})")
                 continue
             check_record(rec, place)
+            problem = record_problem(rec)  # filed under another config's hash, impossible counts
+            if problem is not None:
+                _warn(f"{place}: {problem}")
+                continue
             records.append(rec)
     return records

@@ -17,7 +17,8 @@ Reading a store merges all its files: one record per ``config_hash``, an ``ok`` 
 preferred over ``failed`` ones (the first ok record is kept; among failed ones the
 latest, whose reason is the most recent), and the number of duplicates is reported.
 Records are plain JSON (``recallbench.result/1``, see :mod:`recallbench.api.record`); nothing
-read from a store is executed.
+read from a store is executed.  A record whose ``config_hash`` is not its config's, or whose
+counts are impossible, is reported (file:line) and not used (:mod:`recallbench.runs.verify`).
 """
 from __future__ import annotations
 
@@ -176,15 +177,20 @@ def scan_lines(path: Path, warn: Callable[[str], None] = _default_warn
 
 def _record_lines(path: Path, warn: Callable[[str], None]
                   ) -> tuple[list[tuple[int, dict]], list[int]]:
-    """:func:`scan_lines` less the entries that are not result records (reported too)."""
+    """:func:`scan_lines` less the entries that are not result records, and the records
+    that fail :func:`recallbench.runs.verify.record_problem` (reported too)."""
+    from recallbench.runs.verify import record_problem
+
     items, torn = scan_lines(path, warn)
     records = []
     notes = _Notes(path, warn)
     for number, item in items:
-        if isinstance(item, dict) and isinstance(item.get("config_hash"), str):
-            records.append((number, item))
-        else:
+        if not (isinstance(item, dict) and isinstance(item.get("config_hash"), str)):
             notes.add(number, "ignoring an entry that is not a result record")
+        elif (problem := record_problem(item)) is not None:
+            notes.add(number, problem)
+        else:
+            records.append((number, item))
     notes.close()
     return records, torn
 
