@@ -51,7 +51,46 @@ def load(path: Path) -> dict:
         raise pytest.UsageError(f"--recall-baseline {path}: not a recallbench baseline "
                                 f"(schema {BASELINE_SCHEMA}); regenerate it with "
                                 f"--recall-regen")
-    return {key: _revive(entry) for key, entry in data["tests"].items()}
+    tests = {key: _revive(entry) for key, entry in data["tests"].items()}
+    for key, entry in tests.items():
+        _check_entry(path, key, entry)
+    return tests
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_numbers(path: Path, key: str, numbers, where: str) -> None:
+    """``numbers`` (the entry, or one budget's: ``where``) a mapping of numbers."""
+    at = f"{where}." if where else ""
+    if not isinstance(numbers, dict):
+        _bad_entry(path, key, where, numbers, "a mapping of accuracy, correct and total")
+    for field in ("accuracy", "correct", "total", "state_size", "max_steps"):
+        value = numbers.get(field)
+        if value is not None and not _is_number(value):
+            _bad_entry(path, key, f"{at}{field}", value, "a number (or null)")
+
+
+def _check_entry(path: Path, key: str, entry) -> None:
+    """pytest.UsageError naming the file, the entry and the field, for an entry of the
+    wrong type (instead of a raw error when it is compared)."""
+    _check_numbers(path, key, entry, "")
+    for field, kind, what in (("config_hash", str, "a string"), ("config", dict, "a mapping"),
+                              ("budgets", dict, "a mapping of budgets to numbers")):
+        if entry.get(field) is not None and not isinstance(entry[field], kind):
+            _bad_entry(path, key, field, entry[field], what)
+    for budget, numbers in (entry.get("budgets") or {}).items():
+        _check_numbers(path, key, numbers, f"budgets.{budget}")
+
+
+def _bad_entry(path: Path, key: str, field: str, value, allowed: str):
+    from recallbench.api.fields import short
+
+    name = f"{field} = {short(value, 60)}" if field else f"{short(value, 60)}"
+    raise pytest.UsageError(f"--recall-baseline {path}: entry {short(key, 200)}: {name} is "
+                            f"not allowed: expected {allowed}; fix the entry or regenerate it "
+                            f"with --recall-regen")
 
 
 def budget_key(budget: float) -> str:

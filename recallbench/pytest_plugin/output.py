@@ -1,6 +1,7 @@
 """What a recall session writes at its end (serial run or pytest-xdist controller).
 
-* the regenerated baseline (``--recall-regen``): the stored entries, the measured ones
+* the regenerated baseline (``--recall-regen``): the stored entries (re-read under a
+  lock on ``<file>.lock``, so concurrent sessions keep each other's), the measured ones
   replacing the numbers of this ``--recall-budget`` (the other budgets' are kept while
   the config is the same; :mod:`~recallbench.pytest_plugin.baseline`);
 * the JSON report (``--recall-report``, schema ``recallbench.pytest-report/1``): every
@@ -33,14 +34,10 @@ def write_all(session) -> bool:
     the baseline or the report could not be written (the reason is in
     ``session.unwritten``, for the summary)."""
     ok = True
-    regenerated = {m["key"]: baseline.entry(m["record"], m["identity"], session.budget,
-                                            session.baseline.get(m["key"]))
-                   for m in session.measurements
-                   if (m.get("baseline") or {}).get("status") == "regenerated"}
-    if regenerated:
-        tests = {**session.baseline, **regenerated}
-        ok &= _write(session, session.baseline_path,
-                     {"schema": baseline.BASELINE_SCHEMA, "tests": tests})
+    measured = [m for m in session.measurements
+                if (m.get("baseline") or {}).get("status") == "regenerated"]
+    if measured:
+        ok &= _regenerate(session, measured)
     if session.report_path is not None:
         ok &= _write(session, session.report_path, report(session))
     step_summary = os.environ.get(STEP_SUMMARY)
@@ -53,10 +50,43 @@ def write_all(session) -> bool:
     return ok
 
 
+def _regenerate(session, measured: list[dict]) -> bool:
+    """Merge the measured entries into the baseline file under a lock (``flock`` on
+    ``<file>.lock`` beside it), re-reading the file inside it: two sessions regenerating
+    different tests into one file keep the entries of both."""
+    import pytest
+
+    path = session.baseline_path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        session.unwritten.append(f"{path} ({exc.strerror or exc})")
+        return False
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except ImportError:  # not POSIX: no lock; concurrent regenerations are the user's
+            pass
+        try:
+            stored = baseline.load(path) if path.exists() else {}
+        except pytest.UsageError as exc:  # changed since the session began
+            session.unwritten.append(f"{path} ({exc})")
+            return False
+        tests = {**stored, **{m["key"]: baseline.entry(m["record"], m["identity"],
+                                                      session.budget, stored.get(m["key"]))
+                              for m in measured}}
+        return _write(session, path, {"schema": baseline.BASELINE_SCHEMA, "tests": tests})
+    finally:
+        os.close(lock)  # releases the lock
+
+
 def _write(session, path: Path, data: dict) -> bool:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(plain(data), indent=2, sort_keys=True, allow_nan=False)
                        + "\n")
         os.replace(tmp, path)
