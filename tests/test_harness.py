@@ -156,3 +156,24 @@ def test_progress_bar_counts_steps_not_epochs(capsys):
     shown = out.out + out.err
     assert "train" in shown and "3/3" in shown  # the bar's total is max_steps
     assert "Epoch" not in shown and "/-" not in shown
+
+
+def test_the_module_validates_every_val_every_steps_and_the_final_weights():
+    """The run validates itself (no Lightning evaluation loop): after every val_every-th
+    step and at the last, over every validation sequence (600: two batches), leaving the
+    model in train mode; its best accuracy is the best weights' accuracy on that set."""
+    from recallbench.harness.single import score, train_one
+
+    cfg = resolve({"task": {"name": "mqar", "vocab_size": 32, "seq_len": 16, "num_facts": 4},
+                   "model": {"adapter": "linear-mamba", "d_model": 8, "d_state": 4},
+                   "train": {"batch_size": 16, "max_steps": 23, "val_every": 5, "val_size": 600,
+                             "test_size": 32, "early_stop": None, "progress": False,
+                             "threads": 1}})
+    t = train_one(cfg, torch.device("cpu"), False)
+    assert [s for s, _ in t.module.history.points] == [5, 10, 15, 20, 23]
+    assert t.module.last_val_step == t.steps == 23
+    assert all(m.training for m in t.model.modules())
+    val = score(t.model, t.module.val_set, cfg.train.top_k, torch.device("cpu"))
+    assert val["total"] == 600 * 4
+    assert val["accuracy"] == t.module.best_val == max(a for _, a in t.module.history.points)
+    assert t.module.best_step in [s for s, _ in t.module.history.points]

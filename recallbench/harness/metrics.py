@@ -13,6 +13,15 @@ from torchmetrics import Metric
 from recallbench.api.task import IGNORE
 
 
+def recall_counts(logits: torch.Tensor, answers: torch.Tensor, top_k: int) -> tuple[int, int, int]:
+    """(correct, correct in the top k, total) of logits (Q, V) against answers (Q,), as
+    :class:`RecallAccuracy` counts them, for the run's own validation (plain ints: no
+    Metric state to sync or reset)."""
+    k = min(top_k, logits.shape[-1])
+    hits = logits.topk(k, dim=-1).indices == answers[:, None]  # column 0: the argmax
+    return int(hits[:, 0].sum()), int(hits.any(dim=-1).sum()), answers.numel()
+
+
 class RecallAccuracy(Metric):
     full_state_update = False
     higher_is_better = True

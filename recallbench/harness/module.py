@@ -8,12 +8,20 @@ scored on the best-validation model, as the paper reports, and adds to the run's
 :class:`~recallbench.harness.convergence.History`, which stops the run at ``early_stop``
 or on a plateau (``train.patience``) and judges whether it converged.
 
+**Validation** is the module's own, not Lightning's evaluation loop: after the optimizer
+step of every ``val_every``-th step (and at the cap), :meth:`validate` reads the fixed
+validation set out in batches of 512 at the asked positions only, in eval mode under
+``torch.inference_mode``: the same batches, operations and weights as Lightning's loop
+ran (so the same accuracies, bit for bit), without its per-validation machinery (a
+data loader, hooks, mode switches of the whole module, the progress bar's second bar),
+which cost about as much as the forward passes themselves at this size.
+
 **Extension** (``train.max_steps_limit`` set): at the cap (first ``max_steps``) the run is
 validated, and if it has not converged (:meth:`History.converged`: still improving, or with
 patience still at the guess level) the cap doubles, at most to the limit, and the same
 run goes on: the same weights, AdamW moments, data stream and scheduler, nothing rebuilt
-(Lightning's step budget is the limit from the start; the module asks it to stop at the
-current cap).  The record counts the doublings (``extended``) and the final cap
+(Lightning's step budget is the limit from the start; the module stops it at the current
+cap).  The record counts the doublings (``extended``) and the final cap
 (``max_steps_reached``).  The schedule always spans the current cap C: once C doubles, the
 steps from C on follow the schedule of a 2C-step run (warmup is long over; with the
 default decay_frac 0.5 the flat phase returns, then the cosine decays to 0 over the last
@@ -34,7 +42,7 @@ from lightning import LightningModule
 from recallbench.api.config import TrainConfig
 from recallbench.harness.convergence import History
 from recallbench.harness.loop import asked, labelled_loss
-from recallbench.harness.metrics import RecallAccuracy
+from recallbench.harness.metrics import recall_counts
 from recallbench.harness.model import RecallModel
 from recallbench.harness.schedule import warmup_flat_cosine
 
@@ -43,12 +51,18 @@ class DivergedError(RuntimeError):
     """The training loss became NaN or infinite."""
 
 
+#: sequences per validation batch (the batches Lightning's evaluation loop was given)
+VAL_BATCH = 512
+
+
 class RecallModule(LightningModule):
-    def __init__(self, model: RecallModel, train: TrainConfig, guess: float | None = None):
+    def __init__(self, model: RecallModel, train: TrainConfig, guess: float | None = None,
+                 val_set: tuple[torch.Tensor, torch.Tensor] | None = None):
         super().__init__()
         self.model = model
         self.train_cfg = train
-        self.val_metric = RecallAccuracy(top_k=train.top_k)
+        self.val_set = val_set  # (inputs, targets): the fixed validation sequences
+        self.val_interval = min(train.val_every, train.max_steps)
         self.best_val = -1.0
         self.best_step = 0
         self.best_state: dict[str, torch.Tensor] | None = None
@@ -57,7 +71,6 @@ class RecallModule(LightningModule):
         self.cap = train.max_steps  # the current cap: max_steps, doubled by each extension
         self.limit = train.max_steps_limit  # None: no extension
         self.extended = 0  # doublings of the cap
-        self._cap_check = False  # the module asked Lightning to validate at the cap
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B, L, V)
         return self.model(tokens)
@@ -70,33 +83,49 @@ class RecallModule(LightningModule):
         self.log("loss", loss, prog_bar=True, on_step=True, on_epoch=False, logger=False)
         return loss
 
-    def validation_step(self, batch, batch_idx):
-        inputs, targets = batch
-        self.val_metric.update(*asked(self.model, inputs, targets))
-
     def on_train_batch_end(self, outputs, batch, batch_idx):
-        if self.limit is not None and self.global_step == self.cap:
-            # Lightning validates a run asked to stop; on_validation_epoch_end then decides
-            # whether it stops at this cap or goes on with the cap doubled
-            self.trainer.should_stop = self._cap_check = True
+        step = self.global_step
+        at_cap = self.limit is not None and step == self.cap
+        if step % self.val_interval == 0 or at_cap:
+            acc = self.validate(step)
+            self.log("val_accuracy", acc, prog_bar=True, logger=False)
 
-    def on_validation_epoch_end(self):
-        counts = self.val_metric.compute()
-        acc, total = float(counts["accuracy"]), int(counts["total"])
-        self.val_metric.reset()
-        self.last_val_step = self.global_step
+    @torch.inference_mode()
+    def _val_counts(self) -> tuple[int, int]:
+        """(correct, total) top-1 of the model on the validation set."""
+        inputs, targets = self.val_set
+        if inputs.device != self.device:  # moved once, not at every validation
+            self.val_set = inputs, targets = inputs.to(self.device), targets.to(self.device)
+        modes = [(m, m.training) for m in self.model.modules()]
+        self.model.eval()
+        correct = total = 0
+        try:
+            for i in range(0, len(inputs), VAL_BATCH):
+                logits, answers = asked(self.model, inputs[i:i + VAL_BATCH],
+                                        targets[i:i + VAL_BATCH])
+                c, _, t = recall_counts(logits, answers, self.train_cfg.top_k)
+                correct, total = correct + c, total + t
+        finally:
+            for m, training in modes:
+                m.training = training
+        return correct, total
+
+    def validate(self, step: int) -> float:
+        """Validate the current weights at ``step``: keep them if they are the best so far,
+        add to the History, and stop the run (``trainer.should_stop``) at early_stop, on a
+        plateau, or at a cap it does not extend.  Returns the accuracy."""
+        correct, total = self._val_counts()
+        acc = correct / max(total, 1)
+        self.last_val_step = step
         if acc > self.best_val:
-            self.best_val, self.best_step = acc, self.global_step
+            self.best_val, self.best_step = acc, step
             self.best_state = copy.deepcopy(self.model.state_dict())
-        stop = self.history.add(self.global_step, acc, total)
-        if not stop and self.limit is not None and self.global_step >= self.cap:
+        stop = self.history.add(step, acc, total)
+        if not stop and self.limit is not None and step >= self.cap:
             stop = not self._extend()
-        if stop:
+        if stop and self._trainer is not None:
             self.trainer.should_stop = True
-        elif self._cap_check:
-            self.trainer.should_stop = False
-        self._cap_check = False
-        self.log("val_accuracy", acc, prog_bar=True, logger=False)
+        return acc
 
     def _extend(self) -> bool:
         """At the cap: double it (at most to the limit) when the run has not converged;

@@ -137,26 +137,26 @@ def train_one(cfg: RunConfig, device: torch.device, show: bool) -> Trained:
     adapter, model = build_model(cfg, device)
     dm = RecallDataModule(cfg.task, tc.batch_size, tc.seed, tc.val_size, tc.test_size)
     dm.setup()
-    module = RecallModule(model, tc, guess=guess_of(cfg.task))
+    module = RecallModule(model, tc, guess=guess_of(cfg.task), val_set=dm.val_set)
     train_s = 0.0
     steps = 0
     if adapter.trainable and tc.max_steps > 0:
         callbacks = _step_bar() if show else []  # the module's History stops the run
+        # the module validates itself (RecallModule.validate): Lightning's loop never does
         trainer = Trainer(
             accelerator="gpu" if device.type == "cuda" else "cpu",
             devices=[device.index or 0] if device.type == "cuda" else 1,
             max_steps=tc.max_steps if tc.max_steps_limit is None else tc.max_steps_limit,
-            val_check_interval=min(tc.val_every, tc.max_steps),
-            check_val_every_n_epoch=None, num_sanity_val_steps=0, logger=False,
+            limit_val_batches=0, num_sanity_val_steps=0, logger=False,
             enable_checkpointing=False, enable_model_summary=False,
             enable_progress_bar=show, callbacks=callbacks,
             gradient_clip_val=tc.grad_clip, gradient_clip_algorithm="norm")
         t0 = time.perf_counter()
         with _ctrl_c_kept(trainer):
-            trainer.fit(module, datamodule=dm)
+            trainer.fit(module, train_dataloaders=dm.train_dataloader())
             steps = trainer.global_step
             if module.last_val_step != steps:  # score the final weights too
-                trainer.validate(module, datamodule=dm, verbose=False)
+                module.validate(steps)
         train_s = time.perf_counter() - t0
         module.restore_best()
     return Trained(cfg, adapter, model, module, dm.test_set, steps, train_s)
