@@ -28,6 +28,8 @@ from recallbench.api.fields import short
 EXTERNAL = {
     "theory": ("recallbench.cli.theory", "predicted recall and required state from the law"),
     "score": ("recallbench.cli.score", "fit the law to results and write a report"),
+    "capacity": ("recallbench.cli.capacity",
+                 "measure one model's recall capacity at one state budget: its capacity card"),
     "sweep": ("recallbench.cli.sweep", "run a grid of configs into a resumable result store"),
     "submit": ("recallbench.cli.submit", "turn a result store into a leaderboard submission"),
     "leaderboard": ("recallbench.cli.leaderboard", "validate, verify and render leaderboards"),

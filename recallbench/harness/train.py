@@ -44,7 +44,7 @@ def run(config: RunConfig | Mapping[str, Any] | None = None, progress: bool | No
     check_memory(cfg, str(device))
     threads = pick_threads(cfg) if device.type == "cpu" else torch.get_num_threads()
     show = cfg.train.progress if progress is None else progress
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     with cpu_threads(threads), quiet_lightning():
         if isinstance(cfg.train.lr, list):
             from recallbench.harness.lr_search import run_search
@@ -54,5 +54,6 @@ def run(config: RunConfig | Mapping[str, Any] | None = None, progress: bool | No
         else:
             record = run_one(cfg, device, show, weights)
     record["wall_s"] = round(time.perf_counter() - start, 3)
+    record["cpu_s"] = round(time.process_time() - cpu_start, 3)  # every thread of this process
     record["threads"] = threads if device.type == "cpu" else None
     return record

@@ -1,0 +1,226 @@
+"""``recallbench capacity``: place MQAR cells over N_f until they bracket one model's capacity.
+
+    result = measure(base_config, seeds=(0, 1), budget_s=1800, executor=..., store=...)
+    result.card          # recallbench.law.card: "measured", "bound" or "no recall"
+
+One model configuration (adapter, D, N, Λ) on MQAR with L = 4·N_f at one vocabulary V.
+The search starts from the law's prediction for the model's state S (S_eff = S, i.e. the
+linear reference's N_eff = S/(2·D)) and, after each cell, refits S_eff with the guess-aware
+law (``law.card``) and places the next N_f where the fitted law predicts the accuracy the
+card still lacks:
+
+* no converged cell between the guess level and 0.95 at or above p = 0.5: aim at p = 0.75;
+* none below p = 0.5: aim at p = 0.3;
+* else the fewest-covered of 0.6, 0.4, 0.8, 0.2 (tightening the interval).
+
+A cell at the ceiling with no finite fit doubles the largest N_f; a cell at the guess with
+nothing above it halves the smallest.  N_f runs from :data:`MIN_FACTS` to V/2 − 1 (the keys
+of V).  It stops when the card is measured (``law.card.criteria``), when the next N_f was
+measured already or leaves that range, after ``max_cells`` cells, or when the time left
+cannot hold the next cell (its predicted time: the slowest cell so far per token of L,
+times the new L).  Every record goes to the store as it finishes, so a rerun with the same
+store resumes without training again.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from recallbench.api.canonical import config_hash
+from recallbench.api.config import resolve
+from recallbench.law import card as cards
+from recallbench.law import theory
+
+MIN_FACTS = 2  # at N_f = 1 the guess level is 1: nothing to measure
+TARGETS = (0.6, 0.4, 0.8, 0.2)
+MAX_CELLS = 12
+
+
+def cell_config(base: Mapping[str, Any], num_facts: int, seed: int) -> dict:
+    """``base`` at N_f facts, L = 4·N_f, seed ``seed`` (canonical, as the store hashes it)."""
+    cfg = copy.deepcopy(dict(base))
+    cfg["task"] = {**dict(cfg.get("task") or {}), "name": "mqar", "num_facts": int(num_facts),
+                   "seq_len": 4 * int(num_facts)}
+    cfg["train"] = {**dict(cfg.get("train") or {}), "seed": int(seed)}
+    return resolve(cfg).to_dict()
+
+
+def predicted(num_facts, d_model: int, n_eff: float, vocab: int, share: float,
+              family: str = "mqar"):
+    """Accuracy the guess-aware law predicts at N_f: φ·g + (1 − φ·g)·p_ref, g = 1/N_f."""
+    nf = np.asarray(num_facts, float)
+    a = theory.coefficient_a("linear", family)
+    p = np.asarray(theory.recall_probability(vocab, nf, d_model, n_eff, a), float)
+    f = share / nf
+    return f + (1.0 - f) * p
+
+
+def next_facts(card: Mapping, d_model: int, n_eff0: float, vocab: int) -> tuple[int | None, str]:
+    """The next N_f to measure and why, or (None, reason) when the search cannot go on."""
+    cells = card["cells"]
+    done = {c["num_facts"] for c in cells}
+    top = (vocab // 2) - 1
+    n_eff = (card.get("n_eff") or {}).get("value", n_eff0)
+    share = card.get("guess_share")
+    share = 1.0 if share is None else share
+    usable = [c for c in cells if c.get("accuracy") is not None]
+    at_ceiling = bool(usable) and (
+        (n_eff is not None and math.isinf(n_eff))
+        or all(c["accuracy"] >= cards.CEILING for c in usable))
+    if at_ceiling:
+        nf, why = 2 * max(c["num_facts"] for c in usable), "every cell at the ceiling"
+    elif usable and not any(c.get("recall") for c in usable):
+        nf, why = min(c["num_facts"] for c in usable) // 2, "every cell at the guess level"
+    else:
+        mid = [c for c in cells if c.get("mid")]
+        if not any(c["accuracy"] >= 0.5 for c in mid):
+            target = 0.75
+        elif not any(c["accuracy"] < 0.5 for c in mid):
+            target = 0.3
+        else:
+            accs = [c["accuracy"] for c in mid]
+            target = max(TARGETS, key=lambda t: min(abs(t - a) for a in accs))
+        grid = np.arange(MIN_FACTS, max(top, MIN_FACTS) + 1)
+        p = predicted(grid, d_model, n_eff if n_eff and n_eff > 0 else n_eff0, vocab, share)
+        order = np.argsort(np.abs(p - target), kind="stable")
+        free = [int(grid[i]) for i in order if int(grid[i]) not in done]
+        nf, why = (free[0], f"aiming at p = {target}") if free else (None, "")
+    if nf is None or nf < MIN_FACTS:
+        return None, "no N_f left below: the smallest N_f is at the guess level"
+    if nf > top:
+        return None, (f"the capacity is beyond V/2 - 1 = {top} keys of V = {vocab}: "
+                      "rerun with a larger --vocab-size")
+    if nf in done:
+        return None, f"N_f = {nf} measured already"
+    return nf, why
+
+
+@dataclasses.dataclass
+class Result:
+    card: dict
+    stopped: str
+    records: list[dict]
+
+
+def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s: float = 3600.0,
+            run_cell: Callable[[list[dict]], list[dict]], done: Mapping[str, dict] | None = None,
+            first_facts: int | None = None, max_cells: int = MAX_CELLS, delta: float = 0.01,
+            say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic
+            ) -> Result:
+    """Run the search (module doc).  ``run_cell(configs) -> records`` trains one cell's
+    seeds (the caller stores them); ``done``: records already in the store, by config hash,
+    reused instead of trained."""
+    d = int(base["model"]["d_model"])
+    vocab = int(base["task"]["vocab_size"])
+    n_eff0 = n_eff_prior(base)
+    done = dict(done or {})
+    records: list[dict] = []
+    start = clock()
+    per_token_s = 0.0  # slowest cell so far, seconds per token of L
+    card: dict = {"cells": []}
+    nf = first_facts or _first_facts(d, n_eff0, vocab)
+    for i in range(max_cells):
+        if nf is None:
+            break
+        cfgs = [cell_config(base, nf, s) for s in seeds]
+        have = [done.get(config_hash(c)) for c in cfgs]
+        todo = [c for c, h in zip(cfgs, have) if h is None]
+        need = per_token_s * 4 * nf
+        left = budget_s - (clock() - start)
+        if todo and need > left:
+            say(f"capacity: stop: the next cell (N_f = {nf}) needs about {need / 60:.1f} min, "
+                f"{max(left, 0) / 60:.1f} min of the budget left")
+            card = _card(records, delta) if records else card
+            return Result({**card, "stopped": "time budget"}, "time budget", records)
+        t0 = clock()
+        got = run_cell(todo) if todo else []
+        took = clock() - t0
+        if todo:
+            per_token_s = max(per_token_s, took / (4 * nf))
+        records += [h for h in have if h is not None] + got
+        card = _card(records, delta)
+        cell = next(c for c in card["cells"] if c["num_facts"] == nf)
+        say(_progress(i + 1, cell, card, clock() - start, budget_s, bool(todo)))
+        if card["status"] == "measured":
+            return Result({**card, "stopped": "measured"}, "measured", records)
+        nf, why = next_facts(card, d, n_eff0, vocab)
+        if nf is None:
+            say(f"capacity: stop: {why}")
+            return Result({**card, "stopped": why}, why, records)
+    return Result({**card, "stopped": f"{max_cells} cells"}, f"{max_cells} cells", records)
+
+
+def n_eff_prior(base: Mapping[str, Any]) -> float:
+    """The law's prediction before any cell: the linear reference with the model's own state,
+    N_eff = S/(2·D) (for a state that grows with L, N_eff = N)."""
+    from recallbench.api.registry import ADAPTERS
+
+    probe = resolve(cell_config(base, MIN_FACTS, 0))
+    state = ADAPTERS.require(probe.model.adapter)(probe.model).state_size()
+    return state / (2.0 * probe.model.d_model) if state else float(probe.model.d_state)
+
+
+def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float,
+        max_cells: int = MAX_CELLS, workers: int = 1, delta: float = 0.01,
+        say: Callable[[str], None] = print) -> Result:
+    """:func:`measure` with real training: each cell's seeds on ``workers`` processes
+    (in this process when 1), every record appended to ``store`` as it finishes, and the
+    store's records reused on a rerun."""
+    from recallbench.runs.executors import make_executor
+    from recallbench.runs.store import Store, read_store
+
+    store = Store(store)
+    done = {h: r for h, r in read_store(store.path).by_hash().items()
+            if r.get("status") == "ok"} if Path(store.path).is_dir() else {}
+    executor = make_executor("processes" if workers > 1 else "inprocess", workers=workers,
+                             threads=1 if workers > 1 else None)
+    try:
+        with store.open() as sink:
+            def run_cell(cfgs: list[dict]) -> list[dict]:
+                got: list[dict] = []
+                for _, result in executor.run([[c] for c in cfgs]):
+                    if isinstance(result, BaseException):
+                        raise result
+                    for rec in result:
+                        sink.append(rec)
+                        got.append(rec)
+                return got
+
+            return measure(base, seeds=seeds, budget_s=budget_s, run_cell=run_cell, done=done,
+                           max_cells=max_cells, delta=delta, say=say)
+    finally:
+        executor.close()
+
+
+def _card(records: list[dict], delta: float) -> dict:
+    return cards.build_card(records, delta=delta)
+
+
+def _first_facts(d: int, n_eff0: float, vocab: int) -> int:
+    """The N_f where the law at S_eff = S predicts p = 0.75 (a bag-of-values guesser)."""
+    top = max(vocab // 2 - 1, MIN_FACTS)
+    grid = np.arange(MIN_FACTS, top + 1)
+    p = predicted(grid, d, n_eff0, vocab, 1.0)
+    return int(grid[int(np.argmin(np.abs(p - 0.75)))])
+
+
+def _progress(i: int, cell: Mapping, card: Mapping, elapsed: float, budget: float,
+              trained: bool) -> str:
+    acc = cell.get("accuracy")
+    text = (f"capacity: cell {i}: N_f = {cell['num_facts']}, L = {cell['seq_len']}: "
+            + ("failed" if acc is None else
+               f"{acc:.4f} [{cell['ci'][0]:.4f}, {cell['ci'][1]:.4f}] (guess {cell['guess']:.4f}"
+               f"{', no recall' if not cell.get('recall') else ''}"
+               f"{', cut by the cap' if not cell.get('converged') else ''})")
+            + ("" if trained else " (from the store)"))
+    s = card.get("s_eff") or {}
+    if s.get("value") is not None and s.get("ci"):
+        lo, hi = s["ci"]
+        text += f"; S_eff {s['value']:.4g} [{lo:.4g}, {'∞' if hi is None else f'{hi:.4g}'}]"
+    return text + f"; {elapsed / 60:.1f} of {budget / 60:.0f} min"
