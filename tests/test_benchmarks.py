@@ -106,3 +106,21 @@ def test_cuda_vs_cpu_dry_run_writes_a_row_per_adapter_as_it_goes(tmp_path):
     kept = [json.loads(ln) for ln in rows.read_text().splitlines()]
     assert kept[:2] == [designed, linear]
     assert kept[2] == {"adapter": "designed", "error": "timed out after 0.01 s"}
+
+
+@pytest.mark.slow
+def test_bench_overhead_prints_the_three_ratios_beside_the_times():
+    out = bench("bench_overhead.py", "--reps", "1", "--steps", "4", "8",
+                "--run-set", "train.max_steps=10", "--run-set", "train.val_every=4",
+                "--run-set", "train.val_size=64", "--run-set", "train.test_size=64")
+    start = re.search(r"^1\. start-up: 1-step run ([\d.]+) s, import torch ([\d.]+) s, "
+                      r"ratio ([\d.]+)x \(import lightning alone ([\d.]+) s", out, re.M)
+    assert start, out
+    run_s, torch_s, ratio, _ = map(float, start.groups())
+    assert run_s > torch_s > 0 and ratio == pytest.approx(run_s / torch_s, abs=0.03)
+    around = re.search(r"^2\. around the steps: default run 10 steps, train_s ([\d.]+) s, "
+                       r"its steps ([\d.]+) s .* train_s / steps ([\d.]+)x", out, re.M)
+    assert around, out
+    train_s, steps_s, ratio = map(float, around.groups())
+    assert 0 < steps_s <= train_s and ratio >= 1.0  # the steps are part of train_s
+    assert re.search(r"^3\. process around train_s: .* ratio ([\d.]+)x$", out, re.M), out
