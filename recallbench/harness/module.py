@@ -13,8 +13,9 @@ step of every ``val_every``-th step (and at the cap), :meth:`validate` reads the
 validation set out in batches of 512 at the asked positions only, in eval mode under
 ``torch.inference_mode``: the same batches, operations and weights as Lightning's loop
 ran (so the same accuracies, bit for bit), without its per-validation machinery (a
-data loader, hooks, mode switches of the whole module, the progress bar's second bar),
-which cost about as much as the forward passes themselves at this size.
+data loader, hooks, mode switches of the whole module, the progress bar's second bar);
+the validation set moves to the device once.  ``benchmarks/bench_overhead.py`` measures
+what the run spends around its steps.
 
 **Extension** (``train.max_steps_limit`` set): at the cap (first ``max_steps``) the run is
 validated, and if it has not converged (:meth:`History.converged`: still improving, or with
