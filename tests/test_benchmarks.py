@@ -124,3 +124,16 @@ def test_bench_overhead_prints_the_three_ratios_beside_the_times():
     train_s, steps_s, ratio = map(float, around.groups())
     assert 0 < steps_s <= train_s and ratio >= 1.0  # the steps are part of train_s
     assert re.search(r"^3\. process around train_s: .* ratio ([\d.]+)x$", out, re.M), out
+
+
+@pytest.mark.slow
+def test_bench_capacity_prints_the_cpu_time_of_a_card(tmp_path):
+    """The designed model (nothing to train) at a small budget: every cell's row, the
+    card's status and the CPU minutes against the goal."""
+    out = bench("bench_capacity.py", "--adapter", "designed", "--d-model", "16",
+                "--d-state", "4", "--seeds", "0", "--store", str(tmp_path / "store"))
+    rows = [ln for ln in out.splitlines() if re.match(r"\s+\d+\s+\d+\s+[\d.]+\s", ln)]
+    assert len(rows) >= 3
+    assert re.search(r"status: (measured|bound)", out)
+    assert re.search(r"CPU time of the runs: [\d.]+ min \(goal 10 min", out)
+    assert (tmp_path / "store" / "results.jsonl").stat().st_size > 0

@@ -112,6 +112,10 @@ def base_config(args) -> dict:
                     "seq_len": 8},
            "model": model, "train": dict(TRAIN)}
     raw = apply_overrides(raw, args.set)
+    from recallbench.api.registry import ADAPTERS
+
+    if not getattr(ADAPTERS.require(model["adapter"]), "trainable", True):
+        raw["train"]["lr"] = 0.01  # nothing to train: no learning rate to search
     if any(k.split("=", 1)[0].strip().startswith("task.") for s in args.set for k in s.split()):
         raise ConfigError("--set task.* is not allowed: the card chooses N_f and L; set V "
                           "with --vocab-size")

@@ -105,8 +105,8 @@ def render_markdown(card: Mapping, figure: str | None = None) -> str:
               or "none"),
              ("optimisation failures", f"{opt.get('count', 0)} of {opt.get('runs', 0)} runs "
                                        "(a seed at the guess while another seed learned)"),
-             ("CPU time", f"{num((card.get('cpu_s') or 0) / 60)} min "
-                          f"({num((card.get('wall_s') or 0) / 60)} min of runs)")]
+             ("CPU time of the runs", f"{num((card.get('cpu_s') or 0) / 60)} min (their wall "
+                                      f"time {num((card.get('wall_s') or 0) / 60)} min)")]
     if card.get("stopped"):
         rows.append(("search stopped", card["stopped"]))
     lines += ["| | |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows] + [""]
@@ -159,7 +159,15 @@ def draw(card: Mapping, path: str | Path, ax=None) -> Path | None:
         fano = theory.fano_max_facts(state, bits, vocab, card.get("delta", 0.01))
         if math.isfinite(fano) and fano <= grid.max() * 4:
             ax.axvline(fano, color="C2", ls="--", label=f"Fano: N_f ≤ {num(fano)} at 1 − δ")
+        elif math.isfinite(fano):
+            ax.plot([], [], color="C2", ls="--", label=f"Fano: N_f ≤ {num(fano)} at 1 − δ "
+                                                        "(off the axis)")
     ax.set_xscale("log")
+    from matplotlib.ticker import LogLocator, ScalarFormatter
+
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("N_f (L = 4·N_f)")
     ax.set_ylabel("accuracy")

@@ -10,7 +10,8 @@ law (``law.card``) and places the next N_f where the fitted law predicts the acc
 card still lacks:
 
 * no converged cell between the guess level and 0.95 at or above p = 0.5: aim at p = 0.75;
-* none below p = 0.5: aim at p = 0.3;
+* none below p = 0.5: aim at p = 0.4 (near the middle: a fit on few cells overshoots, and
+  a cell past the aim costs a longer L);
 * else the fewest-covered of 0.6, 0.4, 0.8, 0.2 (tightening the interval).
 
 A cell at the ceiling with no finite fit doubles the largest N_f; a cell at the guess with
@@ -82,7 +83,7 @@ def next_facts(card: Mapping, d_model: int, n_eff0: float, vocab: int) -> tuple[
         if not any(c["accuracy"] >= 0.5 for c in mid):
             target = 0.75
         elif not any(c["accuracy"] < 0.5 for c in mid):
-            target = 0.3
+            target = 0.4
         else:
             accs = [c["accuracy"] for c in mid]
             target = max(TARGETS, key=lambda t: min(abs(t - a) for a in accs))
@@ -147,6 +148,11 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
         card = _card(records, delta)
         cell = next(c for c in card["cells"] if c["num_facts"] == nf)
         say(_progress(i + 1, cell, card, clock() - start, budget_s, bool(todo)))
+        if cell.get("accuracy") is None:  # every seed failed: the next cell would too
+            why = "every run of N_f = {} failed: {}".format(
+                nf, next((r.get("error") for r in got if r.get("error")), "see the store"))
+            say(f"capacity: stop: {why}")
+            return Result({**card, "stopped": why}, why, records)
         if card["status"] == "measured":
             return Result({**card, "stopped": "measured"}, "measured", records)
         nf, why = next_facts(card, d, n_eff0, vocab)
