@@ -209,3 +209,28 @@ def test_the_committed_study_is_not_stale(tmp_path):
     assert [r["model"] for r in fresh["submissions"]] == [r["model"] for r in committed["submissions"]], (
         "docs/results/effective_state is stale: run `" + command + "`")
     assert (tmp_path / "README.md").read_text() == (study / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_suite_that_judges_guessing_shows_no_recall(tmp_path):
+    """A suite with scoring.guess: linear-mamba stopped at accuracy 0.15, below the guess
+    levels 1/2 and 1/4 of N_f = 2 and 4, has no recall beyond guessing: its submission
+    validates with S_eff 0 and an upper bound, and the table gives it no pooled ratio."""
+    suite_dir = tmp_path / "leaderboards" / "tinyst"
+    suite_dir.mkdir(parents=True)
+    (suite_dir / "suite.yaml").write_text(
+        SUITE.replace("level: 0.95}", "level: 0.95, guess: true}"))
+    suite = lb.load_suite(suite_dir)
+    store = tmp_path / "store"
+    lb.run_suite(suite, "linear-mamba", store, log=lambda m: None)
+    sub = lb.build_submission(suite, lb.load_store_records([store]), "linear-mamba")
+    for b in sub["budgets"]:
+        mean = b["score"]["mean"]
+        assert mean["s_eff"] == 0.0 and mean["s_eff_ci"][0] == 0.0 and mean["s_eff_ci"][1] > 0
+    lb.write_submission(sub, suite_dir / "submissions" / "linear-mamba.yaml")
+    (row,) = states.state_rows(suite, [(suite_dir / "submissions" / "linear-mamba.yaml", sub)])
+    assert row["pooled"]["ratio"] is None and "no recall beyond guessing" in row["pooled"]["note"]
+    assert all(b.get("note") == "no recall beyond guessing" for b in row["budgets"])
+    out = tmp_path / "out"
+    states.write_states(suite_dir, out)
+    assert "linear-mamba" in (out / "README.md").read_text()

@@ -91,5 +91,11 @@ def budget_scores(report: Mapping, budget_model: Mapping) -> dict:
     out = {}
     for view in ("mean", "best"):
         e = entry.get(view) or {}
-        out[view] = {"error": e["error"]} if "error" in e else {k: e.get(k) for k in SCORE_KEYS}
+        if "error" in e:
+            out[view] = {"error": e["error"]}
+        elif e.get("no_recall"):  # no cell above the guess: S_eff 0 with the bound it leaves
+            out[view] = {**dict.fromkeys(SCORE_KEYS), "s_eff": 0.0,
+                         "s_eff_ci": [0.0, e.get("s_eff_upper")]}
+        else:
+            out[view] = {k: e.get(k) for k in SCORE_KEYS}
     return out

@@ -80,6 +80,9 @@ def budget_state(report: Mapping, budget: Mapping, suite: Suite, view: str) -> d
     e = (entry or {}).get(view) or {"error": "no score"}
     if "error" in e:
         return {**out, "error": e["error"]}
+    if e.get("no_recall"):  # no cell above its guess level: S_eff 0 and the bound left
+        return {**out, "s_eff": 0.0, "s_eff_ci": [0.0, e.get("s_eff_upper")],
+                "note": "no recall beyond guessing"}
     cap_ci = _capacity_ci(budget, e, family, suite)
     out.update(s_eff=e["s_eff"], s_eff_ci=e["s_eff_ci"], ratio=e.get("ratio"),
                ratio_ci=e.get("ratio_ci"), n_eff=e["n_eff"], n_eff_ci=e["n_eff_ci"],
@@ -114,8 +117,10 @@ def submission_states(suite: Suite, path: Path, sub: Mapping, view: str) -> dict
         "budgets": [budget_state(report, b, suite, view) for b in sub["budgets"]],
         "pooled": ({"ratio": eff["ratio"], "ratio_ci": eff["ratio_ci"]} if "ratio" in eff else
                    {"ratio": None, "ratio_ci": None,
-                    "note": eff.get("error") or ("no fixed state S: no ratio" if not fixed
-                                                 else "no pooled fit")}),
+                    "note": eff.get("error") or (
+                        f"no recall beyond guessing (S_eff/S <= {eff['ratio_upper']:.3g})"
+                        if eff.get("no_recall") else
+                        "no fixed state S: no ratio" if not fixed else "no pooled fit")}),
         "largest_budget": _largest(suite),
     })
 
