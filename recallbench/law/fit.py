@@ -347,7 +347,10 @@ def fit_effective_state(correct, total, d_model, num_facts, vocab_size, family: 
     guessing = bool(np.any(g > 0))
     lo, hi = LOG_THETA_BOUNDS
     lt_hat, f_hat = _minimize_1d(nll, lo, hi, grid=41)
-    deviance, dof, phi = _dispersion(f_hat, k, n, 2 if guessing else 1, overdispersion)
+    # the guess share is not counted as a degree of freedom: bounded in [0, 1] and most
+    # often at an end, it would leave two cells no spare degree and collapse the
+    # dispersion to 1 (intervals as if the trained cells were binomial draws of the law)
+    deviance, dof, phi = _dispersion(f_hat, k, n, 1, overdispersion)
     thr = stats.chi2.ppf(level, 1) * phi
     lt_lo, lt_hi = _profile_interval(nll, lt_hat, f_hat, lo, hi, thr)
     theta = math.exp(lt_hat)
