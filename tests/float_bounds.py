@@ -24,8 +24,11 @@ C·eps32·cond for the well-conditioned inputs the tests draw.
 """
 from __future__ import annotations
 
+import types
+from contextlib import contextmanager
 from typing import Callable, Sequence
 
+import pytest
 import torch
 
 EPS32 = torch.finfo(torch.float32).eps  # 2**-23
@@ -83,3 +86,15 @@ def assert_within(got: Outputs, ref: Outputs, sens: Sequence[float], C: float, n
     assert r[worst] <= 1, f"{names[worst]}: error/bound {r[worst]:.3g} (all: " \
         + ", ".join(f"{n} {x:.2g}" for n, x in zip(names, r)) + ")"
     return r
+
+
+@contextmanager
+def float64_casts(*modules):
+    """Inside: ``Tensor.float()`` returns float64, and ``torch.float32`` means float64 in each of
+    ``modules`` (through its module-level ``torch``), so that a reference which casts its inputs
+    to float32 runs in float64 on them; everything is restored on exit."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.Tensor, "float", torch.Tensor.double)
+        for module in modules:
+            mp.setattr(module, "torch", types.SimpleNamespace(**{**vars(torch), "float32": torch.float64}))
+        yield

@@ -2,7 +2,9 @@
 its build: cached, reused, safe with concurrent builders, and a warned fallback without it.
 
 The torch scan is itself checked against mamba-ssm's ``selective_scan_ref`` and a float64
-loop (tests/test_mamba_kernels.py), as is the compiled one there.
+loop (tests/test_mamba_kernels.py), as is the compiled one there.  Here float32 scans are
+bounded against the torch scan run in float64 on the same inputs, by the scan's own
+conditioning measured there (tests/float_bounds.py).
 """
 from __future__ import annotations
 
@@ -13,9 +15,12 @@ import textwrap
 
 import pytest
 import torch
+from float_bounds import C, assert_within, sensitivity
 
 from recallbench.adapters.cpu import selective_scan_compiled as sc
 from recallbench.adapters.cpu.selective_scan_fused import selective_scan_cpu
+
+pytestmark = pytest.mark.parity
 
 
 @pytest.fixture
@@ -46,29 +51,41 @@ def run(ts, use_D, use_z, softplus):
         delta, bias = delta.abs(), None
     out, last = selective_scan_cpu(u, delta, A, B, C, D if use_D else None, z if use_z else None,
                                    bias, delta_softplus=softplus, return_last_state=True)
-    loss = (out * torch.linspace(-1, 1, out.shape[-1], dtype=out.dtype)).square().sum() + last.sum()
+    weights = torch.linspace(-1, 1, out.shape[-1]).to(out.dtype)  # the same values in either dtype
+    loss = (out * weights).square().sum() + last.sum()
     used = [True] * 5 + [use_D, use_z, softplus]
     grads = torch.autograd.grad(loss, [t for t, on in zip(ts, used) if on])
     return [out, last, *grads]
 
 
-@pytest.mark.parametrize("dtype, tol", [(torch.float32, 2e-6), (torch.float64, 1e-13)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("use_D, use_z, softplus", [(True, True, True), (False, False, False),
                                                     (True, False, True), (False, True, False)])
-def test_compiled_scan_equals_torch_scan(dtype, tol, use_D, use_z, softplus, monkeypatch):
+def test_compiled_scan_equals_torch_scan(dtype, use_D, use_z, softplus, monkeypatch):
+    """float64: the compiled and the torch scan agree to 1e-13.  float32: both within
+    C·eps32·cond of the torch scan run in float64 on the same inputs."""
     needs_library()
     ts = inputs(dtype=dtype)
     compiled = run(ts, use_D, use_z, softplus)
     monkeypatch.setattr(sc, "library", lambda: None)
     torch_scan = run(ts, use_D, use_z, softplus)
     assert len(compiled) == len(torch_scan) == 2 + 5 + use_D + use_z + softplus
+    assert all(a.dtype == dtype for a in compiled + torch_scan)
+    if dtype == torch.float32:  # the torch scan (library() is None now) in float64
+        ts64 = [t.detach().double().requires_grad_() for t in ts]
+        ref = run(ts64, use_D, use_z, softplus)
+        sens = sensitivity(lambda: run(ts64, use_D, use_z, softplus), ts64)
+        assert_within(compiled, ref, sens, C)
+        assert_within(torch_scan, ref, sens, C)
+        return
     for i, (a, b) in enumerate(zip(compiled, torch_scan)):
-        assert a.dtype == dtype
         err = ((a - b).abs().max() / b.abs().max()).item()
-        assert err <= tol, (i, err)
+        assert err <= 1e-13, (i, err)
 
 
-def test_compiled_scan_splits_the_batch_over_threads_and_runs_without_grad():
+def test_compiled_scan_splits_the_batch_over_threads_and_runs_without_grad(monkeypatch):
+    """One thread and three: both within C·eps32·cond of the torch scan in float64; without
+    grad the output is the one of the training call, bit for bit."""
     needs_library()
     ts = inputs(b=5)
     old = torch.get_num_threads()
@@ -81,9 +98,14 @@ def test_compiled_scan_splits_the_batch_over_threads_and_runs_without_grad():
             out = selective_scan_cpu(*ts[:5], ts[5], ts[6], ts[7], delta_softplus=True)
     finally:
         torch.set_num_threads(old)
-    for a, b in zip(one, three):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(out, one[0], rtol=0, atol=0)
+    assert all(t.dtype == torch.float32 for t in one + three)
+    monkeypatch.setattr(sc, "library", lambda: None)
+    ts64 = [t.detach().double().requires_grad_() for t in ts]
+    ref = run(ts64, True, True, True)
+    sens = sensitivity(lambda: run(ts64, True, True, True), ts64)
+    assert_within(one, ref, sens, C)
+    assert_within(three, ref, sens, C)
 
 
 def test_no_compiler_warns_once_and_the_torch_scan_runs(fresh_library, monkeypatch):
