@@ -23,6 +23,7 @@ from typing import Any, Mapping
 from recallbench.api.canonical import EXECUTION_KEYS, SECTIONS, config_hash, set_dotted
 from recallbench.api.errors import ConfigError
 from recallbench.api.fields import check_finite, check_range, fail, from_mapping, is_number, short
+from recallbench.api.recipes import apply_recipe, check_recipe
 from recallbench.api.yaml_load import NotYAML, parse_yaml, read_mapping
 
 HEAD_PATTERNS = ("mha", "mqa", "mka", "mva")
@@ -50,7 +51,7 @@ AUTO_LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 MAX_LRS = 16
 #: train keys left out of the resolved config (and so of its hash) while they are null:
 #: keys added after the first records, whose null is the behaviour of those records
-OMITTED_WHEN_NULL = ("patience", "max_steps_limit")
+OMITTED_WHEN_NULL = ("patience", "max_steps_limit", "recipe")
 LR_FORMS = (f"a number > 0, a list of 1 to {MAX_LRS} numbers > 0, or auto "
             f"(the log grid {', '.join(f'{x:g}' for x in AUTO_LRS)})")
 
@@ -129,8 +130,13 @@ class TrainConfig:
     betas: list[float] = dataclasses.field(default_factory=lambda: [0.9, 0.95])
     top_k: int = 5  # listwise recall: the right value among the top k
     progress: bool = True  # progress bar on a terminal
+    #: a preset of the keys above (:mod:`recallbench.api.recipes`): ``paper``, the paper
+    #: code's linear recipe; keys set explicitly win over it.  Null (the default, left out
+    #: of the resolved config and its hash): recallbench's own recipe, the defaults above
+    recipe: str | None = None
 
     def validate(self) -> None:
+        check_recipe(self.recipe)
         check_limit("train.max_steps", self.max_steps, 0)
         if self.max_steps_limit is not None:
             check_limit("train.max_steps_limit", self.max_steps_limit, self.max_steps,
@@ -293,7 +299,7 @@ def resolve(raw: Mapping[str, Any] | None = None) -> RunConfig:
         check_finite(values, section)
     model = from_mapping(ModelConfig, raw.get("model"), "model")
     model.validate()
-    train = from_mapping(TrainConfig, raw.get("train"), "train")
+    train = from_mapping(TrainConfig, apply_recipe(raw.get("train")), "train")
     train.validate()
     task_raw = dict(raw.get("task") or DEFAULT_TASK)
     _check_task_sizes(task_raw, train)

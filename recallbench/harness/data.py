@@ -6,6 +6,9 @@
 - Validation and test: generated once, from seeds that depend only on the task
   and the set's size (never on the run seed), so every run of a task is scored
   on the same sequences and numbers compare across runs and seeds.
+- Fresh validation (``train.recipe: paper``, as the paper's code): :class:`FreshSets`
+  draws new validation sequences at every validation, from a stream seeded by the run
+  seed; the test set stays the fixed one.
 """
 from __future__ import annotations
 
@@ -28,6 +31,19 @@ def make_generator(*key: int) -> torch.Generator:
 def fixed_set(task: Task, size: int, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A reproducible evaluation set: (inputs, targets), each (size, L)."""
     return task.sample(size, make_generator(stream, size))
+
+
+class FreshSets:
+    """New evaluation sequences at every call: ``size`` sequences drawn from one stream
+    seeded by (stream, size, run seed), so a run's n-th validation set is reproducible and
+    never the same as its others."""
+
+    def __init__(self, task: Task, size: int, seed: int, stream: int = VAL_STREAM):
+        self.task, self.size = task, size
+        self.gen = make_generator(stream, size, seed)
+
+    def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.task.sample(self.size, self.gen)
 
 
 class TrainStream(IterableDataset):

@@ -61,7 +61,8 @@ one thread) it was 1.22x faster at D = 4 and 0.83x as fast at D = 64.
 
 Not supported: ``train.max_steps_limit`` (extending a run still improving at its cap,
 :mod:`recallbench.harness.module`) is refused with an :class:`EnsembleError`; a
-learning-rate search with it trains its candidates one by one.
+learning-rate search with it trains its candidates one by one.  So is ``train.recipe``
+(:mod:`recallbench.api.recipes`: the paper's fresh validation sets and step offsets).
 
 Limits: the blocks must vmap (pure PyTorch ops, no data-dependent Python control flow,
 no custom CUDA/Triton kernels, no in-place updates of buffers); :func:`run_ensemble` checks
@@ -125,6 +126,10 @@ def run_ensemble(configs: Sequence[RunConfig | Mapping[str, Any]], progress: boo
         if c.train.max_steps_limit is not None:
             raise EnsembleError(f"train.max_steps_limit = {c.train.max_steps_limit} (config {i}): "
                                 "a batched ensemble does not extend its members' cap; train "
+                                "such configs as single runs (without --ensemble)")
+        if c.train.recipe is not None:
+            raise EnsembleError(f"train.recipe = {c.train.recipe} (config {i}): a batched "
+                                "ensemble trains only recallbench's default recipe; train "
                                 "such configs as single runs (without --ensemble)")
     check_same_shape(searches)
     check_mode(compile)

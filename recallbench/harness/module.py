@@ -15,7 +15,10 @@ validation set out in batches of 512 at the asked positions only, in eval mode u
 ran (so the same accuracies, bit for bit), without its per-validation machinery (a
 data loader, hooks, mode switches of the whole module, the progress bar's second bar);
 the validation set moves to the device once.  ``benchmarks/bench_overhead.py`` measures
-what the run spends around its steps.
+what the run spends around its steps.  Under ``train.recipe: paper``
+(:mod:`recallbench.api.recipes`) each validation scores fresh sequences (``val_draw``),
+after the optimizer step of every step whose 0-based index is a positive multiple of
+``val_every`` (after 251, 501, ... steps, as the paper's loop), and the warmup starts at 0.
 
 **Extension** (``train.max_steps_limit`` set): at the cap (first ``max_steps``) the run is
 validated, and if it has not converged (:meth:`History.converged`: still improving, or with
@@ -36,11 +39,13 @@ recorded accuracy.
 from __future__ import annotations
 
 import copy
+from typing import Callable
 
 import torch
 from lightning import LightningModule
 
 from recallbench.api.config import TrainConfig
+from recallbench.api.recipes import paper_steps
 from recallbench.harness.convergence import History
 from recallbench.harness.loop import asked, labelled_loss
 from recallbench.harness.metrics import recall_counts
@@ -58,11 +63,14 @@ VAL_BATCH = 512
 
 class RecallModule(LightningModule):
     def __init__(self, model: RecallModel, train: TrainConfig, guess: float | None = None,
-                 val_set: tuple[torch.Tensor, torch.Tensor] | None = None):
+                 val_set: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 val_draw: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None):
         super().__init__()
         self.model = model
         self.train_cfg = train
         self.val_set = val_set  # (inputs, targets): the fixed validation sequences
+        self.val_draw = val_draw  # None, or fresh (inputs, targets) at every validation
+        self.paper_steps = paper_steps(train.recipe)
         self.val_interval = min(train.val_every, train.max_steps)
         self.best_val = -1.0
         self.best_step = 0
@@ -87,16 +95,27 @@ class RecallModule(LightningModule):
     def on_train_batch_end(self, outputs, batch, batch_idx):
         step = self.global_step
         at_cap = self.limit is not None and step == self.cap
-        if step % self.val_interval == 0 or at_cap:
+        if self.validates_after(step) or at_cap:
             acc = self.validate(step)
             self.log("val_accuracy", acc, prog_bar=True, logger=False)
 
+    def validates_after(self, step: int) -> bool:
+        """Whether the run validates once ``step`` optimizer steps are done (the cap aside)."""
+        if self.paper_steps:  # the paper's loop: after the batch of index k·val_every, k ≥ 1
+            return step > 1 and (step - 1) % self.val_interval == 0
+        return step % self.val_interval == 0
+
     @torch.inference_mode()
     def _val_counts(self) -> tuple[int, int]:
-        """(correct, total) top-1 of the model on the validation set."""
-        inputs, targets = self.val_set
-        if inputs.device != self.device:  # moved once, not at every validation
-            self.val_set = inputs, targets = inputs.to(self.device), targets.to(self.device)
+        """(correct, total) top-1 of the model on the validation set (fresh sequences when
+        ``val_draw`` is given)."""
+        if self.val_draw is not None:
+            inputs, targets = self.val_draw()
+            inputs, targets = inputs.to(self.device), targets.to(self.device)
+        else:
+            inputs, targets = self.val_set
+            if inputs.device != self.device:  # moved once, not at every validation
+                self.val_set = inputs, targets = inputs.to(self.device), targets.to(self.device)
         modes = [(m, m.training) for m in self.model.modules()]
         self.model.eval()
         correct = total = 0
@@ -154,7 +173,7 @@ class RecallModule(LightningModule):
                                 weight_decay=cfg.weight_decay)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda step: warmup_flat_cosine(step, self.cap, cfg.warmup_frac,
-                                                 cfg.decay_frac))
+                                                 cfg.decay_frac, self.paper_steps))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def restore_best(self) -> None:

@@ -13,9 +13,10 @@ from typing import Any
 import torch
 
 from recallbench.api.config import RunConfig
+from recallbench.api.recipes import fresh_validation
 from recallbench.api.record import make_record
 from recallbench.harness.convergence import guess_of
-from recallbench.harness.data import RecallDataModule
+from recallbench.harness.data import FreshSets, RecallDataModule
 from recallbench.harness.loop import asked
 from recallbench.harness.metrics import RecallAccuracy
 from recallbench.harness.model import RecallModel
@@ -137,7 +138,9 @@ def train_one(cfg: RunConfig, device: torch.device, show: bool) -> Trained:
     adapter, model = build_model(cfg, device)
     dm = RecallDataModule(cfg.task, tc.batch_size, tc.seed, tc.val_size, tc.test_size)
     dm.setup()
-    module = RecallModule(model, tc, guess=guess_of(cfg.task), val_set=dm.val_set)
+    draw = FreshSets(cfg.task, tc.val_size, tc.seed) if fresh_validation(tc.recipe) else None
+    module = RecallModule(model, tc, guess=guess_of(cfg.task), val_set=dm.val_set,
+                          val_draw=draw)
     train_s = 0.0
     steps = 0
     if adapter.trainable and tc.max_steps > 0:
