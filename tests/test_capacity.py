@@ -185,3 +185,22 @@ def test_a_factory_needs_an_importable_callable(cli, tmp_path):
     rc, out, err = cli("capacity", "--factory", "no_such_module_here:make", "--d-model", "8",
                        "--out", str(tmp_path / "o"))
     assert rc == 2 and "cannot import" in err
+
+
+def test_the_command_writes_a_card_and_a_rerun_resumes_from_its_store(cli, tmp_path):
+    """The designed model (nothing to train) through the command: a card in --out, every
+    run in the store, and the same command again reads the store instead of running."""
+    args = ("capacity", "--adapter", "designed", "--d-model", "16", "--d-state", "4",
+            "--seeds", "0", "--workers", "1", "--set", "train.test_size=256",
+            "--out", str(tmp_path / "card"))
+    rc, out, err = cli(*args)
+    assert rc == 0, err
+    card = json.loads((tmp_path / "card" / "card.json").read_text())
+    assert card["status"] in ("measured", "bound") and card["cells"]
+    assert "card written to" in out and "capacity: cell 1: N_f = " in out
+    lines = (tmp_path / "card" / "store" / "results.jsonl").read_text().splitlines()
+    assert len(lines) == sum(c["seeds"] for c in card["cells"])
+    rc, out2, err = cli(*args)
+    assert rc == 0 and "(from the store)" in out2
+    assert len((tmp_path / "card" / "store" / "results.jsonl").read_text().splitlines()) \
+        >= len(lines)

@@ -12,14 +12,16 @@ card still lacks:
 * no converged cell between the guess level and 0.95 at or above p = 0.5: aim at p = 0.75;
 * none below p = 0.5: aim at p = 0.4 (near the middle: a fit on few cells overshoots, and
   a cell past the aim costs a longer L);
-* else the fewest-covered of 0.6, 0.4, 0.8, 0.2 (tightening the interval).
+* else the first of 0.6, 0.4, 0.8, 0.2 at least 0.1 from every such cell (the cheapest
+  first: a higher p is a smaller N_f and a shorter L), else the least covered of them.
 
 A cell at the ceiling with no finite fit doubles the largest N_f; a cell at the guess with
 nothing above it halves the smallest.  N_f runs from :data:`MIN_FACTS` to V/2 − 1 (the keys
 of V).  It stops when the card is measured (``law.card.criteria``), when the next N_f was
 measured already or leaves that range, after ``max_cells`` cells, or when the time left
-cannot hold the next cell (its predicted time: the slowest cell so far per token of L,
-times the new L).  Every record goes to the store as it finishes, so a rerun with the same
+cannot hold the next cell (its predicted time: the time of the trained cell with the
+longest L, scaled up by the new L over that one, never down: a short cell's time is mostly
+start-up and testing).  Every record goes to the store as it finishes, so a rerun with the same
 store resumes without training again.
 """
 from __future__ import annotations
@@ -40,6 +42,7 @@ from recallbench.law import theory
 
 MIN_FACTS = 2  # at N_f = 1 the guess level is 1: nothing to measure
 TARGETS = (0.6, 0.4, 0.8, 0.2)
+SPACING = 0.1  # a new target at least this far from every cell already between the ends
 MAX_CELLS = 12
 
 
@@ -84,9 +87,10 @@ def next_facts(card: Mapping, d_model: int, n_eff0: float, vocab: int) -> tuple[
             target = 0.75
         elif not any(c["accuracy"] < 0.5 for c in mid):
             target = 0.4
-        else:
+        else:  # the first target clear of every mid cell: the higher, the smaller N_f and L
             accs = [c["accuracy"] for c in mid]
-            target = max(TARGETS, key=lambda t: min(abs(t - a) for a in accs))
+            target = next((t for t in TARGETS if min(abs(t - a) for a in accs) >= SPACING),
+                          max(TARGETS, key=lambda t: min(abs(t - a) for a in accs)))
         grid = np.arange(MIN_FACTS, max(top, MIN_FACTS) + 1)
         p = predicted(grid, d_model, n_eff if n_eff and n_eff > 0 else n_eff0, vocab, share)
         order = np.argsort(np.abs(p - target), kind="stable")
@@ -123,7 +127,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
     done = dict(done or {})
     records: list[dict] = []
     start = clock()
-    per_token_s = 0.0  # slowest cell so far, seconds per token of L
+    longest = (0, 0.0)  # (L, seconds) of the trained cell with the longest L
     card: dict = {"cells": []}
     nf = first_facts or _first_facts(d, n_eff0, vocab)
     for i in range(max_cells):
@@ -132,7 +136,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
         cfgs = [cell_config(base, nf, s) for s in seeds]
         have = [done.get(config_hash(c)) for c in cfgs]
         todo = [c for c, h in zip(cfgs, have) if h is None]
-        need = per_token_s * 4 * nf
+        need = longest[1] * max(1.0, 4 * nf / longest[0]) if longest[0] else 0.0
         left = budget_s - (clock() - start)
         if todo and need > left:
             say(f"capacity: stop: the next cell (N_f = {nf}) needs about {need / 60:.1f} min, "
@@ -142,8 +146,8 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
         t0 = clock()
         got = run_cell(todo) if todo else []
         took = clock() - t0
-        if todo:
-            per_token_s = max(per_token_s, took / (4 * nf))
+        if todo and 4 * nf >= longest[0]:
+            longest = (4 * nf, max(took, longest[1]) if 4 * nf == longest[0] else took)
         records += [h for h in have if h is not None] + got
         card = _card(records, delta)
         cell = next(c for c in card["cells"] if c["num_facts"] == nf)
@@ -182,7 +186,7 @@ def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float
     from recallbench.runs.store import Store, read_store
 
     store = Store(store)
-    done = {h: r for h, r in read_store(store.path).by_hash().items()
+    done = {h: r for h, r in read_store(store.path).by_hash.items()
             if r.get("status") == "ok"} if Path(store.path).is_dir() else {}
     executor = make_executor("processes" if workers > 1 else "inprocess", workers=workers,
                              threads=1 if workers > 1 else None)
