@@ -3,7 +3,7 @@
     recallbench leaderboard run --suite leaderboards/cpu-v2 --adapter NAME --store STORE
                                 [--set model.key=value ...] [--limit N]
                                 [--executor inprocess|processes] [--workers K]
-                                [--time-budget SECONDS]
+                                [--time-budget SECONDS] [--point-timeout SECONDS]
     recallbench leaderboard validate FILE...        (or a suite folder: all its submissions)
     recallbench leaderboard verify FILE --sample K [--seed N] [--device cpu]
     recallbench leaderboard render SUITE_DIR... [--check] [--no-plot]
@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="start a point on a free worker only while the time left of this many "
                         "seconds holds the longest a point has taken so far (the first always "
                         "runs); the same command continues where it stopped")
+    from recallbench.runs.watchdog import HELP
+
+    p.add_argument("--point-timeout", type=float, metavar="SECONDS", help=HELP)
 
     p = sub.add_parser("validate", help="check submissions: schema, suite, hashes, Fano bound")
     p.add_argument("files", nargs="+", help="submission .yaml files or suite folders")
@@ -102,6 +105,9 @@ def _check_run_flags(args) -> None:
     from recallbench.runs.budget import check_budget
 
     check_budget(args.time_budget)
+    from recallbench.runs.watchdog import check_point_timeout
+
+    check_point_timeout(args.point_timeout, args.executor)
 
 
 def _suite_to_run(args):
@@ -136,7 +142,8 @@ def _run(args) -> int:
     _check_run_flags(args)
     suite, extra = _suite_to_run(args)
     notify = lambda m: print(f"recallbench: {m}", file=sys.stderr, flush=True)  # noqa: E731
-    executor = lb.suite_executor(suite, args.executor, args.workers, notify=notify)
+    executor = lb.suite_executor(suite, args.executor, args.workers, notify=notify,
+                                 point_timeout=args.point_timeout)
     try:
         with sigterm_unwinds():  # SIGTERM unwinds like Ctrl-C: the workers stop, records stay
             counts = lb.run_suite(suite, args.adapter, args.store, model_extra=extra,

@@ -3,6 +3,7 @@
     recallbench sweep SWEEP.yaml --store DIR [--shard I/N] [--executor inprocess|processes|ray]
                       [--workers K] [--address ADDR] [--threads-per-worker T] [--ensemble K]
                       [--gpus-per-worker G] [--workers-per-gpu M] [--compile [MODE]]
+                      [--point-timeout SECONDS]
                       [--dry-run [--step-ms MS [--speedup X]]] [--limit N]
                       [--time-budget SECONDS] [--no-retry-failed] [--max-points N]
     recallbench sweep SWEEP.yaml --store DIR --adaptive [--tol 0.1] [--max-runs 40]
@@ -33,6 +34,7 @@ from collections import Counter
 
 from recallbench.api.errors import ConfigError
 from recallbench.runs.budget import DEFAULT_CHUNK_S, check_budget, ending
+from recallbench.runs import watchdog
 from recallbench.runs.interrupt import Terminated, sigterm_unwinds, stopped
 from recallbench.runs.sweep import MAX_POINTS
 
@@ -82,6 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers-per-gpu", type=int, metavar="M",
                    help="processes, runs on a GPU: the workers sharing it are bounded by M "
                         "(default 16, at most 64) and by its free memory, not by the CPUs")
+    p.add_argument("--point-timeout", type=float, metavar="SECONDS", help=watchdog.HELP)
     p.add_argument("--limit", type=int, metavar="N", help="run at most N of the pending points")
     p.add_argument("--dry-run", action="store_true",
                    help="list the points and skip counts (and their state in --store); run nothing")
@@ -168,7 +171,7 @@ def command(args) -> int:
     executor = make_executor(args.executor, workers=args.workers, address=args.address,
                              threads=args.threads_per_worker, ensemble=bool(args.ensemble),
                              gpus=args.gpus_per_worker, notify=_notify, compile=args.compile,
-                             gpu=_gpu(args, points))
+                             gpu=_gpu(args, points), point_timeout=args.point_timeout)
     try:
         return _run(args, points, executor, shard, header)
     finally:
@@ -214,6 +217,7 @@ def _check_arguments(args) -> None:
         if value is not None and args.executor != "ray":
             raise ConfigError(f"{flag} is for --executor ray")
     _check_budget_flags(args)
+    watchdog.check_point_timeout(args.point_timeout, args.executor)
     if args.workers_per_gpu is not None and args.executor != "processes":
         raise ConfigError("--workers-per-gpu is for --executor processes")
     if args.compile is not None:

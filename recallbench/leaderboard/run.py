@@ -49,13 +49,15 @@ MAX_GPU_WORKERS = 32
 
 
 def suite_executor(suite: Suite, kind: str = "inprocess", workers: int | None = None, *,
-                   runner: Callable | None = None, notify: Callable[[str], None] | None = None):
+                   runner: Callable | None = None, notify: Callable[[str], None] | None = None,
+                   point_timeout: float | None = None):
     """The executor of a suite's runs: ``inprocess`` (one point after another here; a user
     error or a missing dependency stops the run instead of failing every point), or
     ``processes`` (``workers`` local processes, the suite's ``threads`` each).  On a CPU
     suite the workers are bounded by the CPUs (:func:`recallbench.runs.executors.make_executor`);
     on a ``cuda`` suite they share the GPU and may number up to :data:`GPU_WORKERS_PER_CPU`
-    per CPU (at most :data:`MAX_GPU_WORKERS`)."""
+    per CPU (at most :data:`MAX_GPU_WORKERS`).  ``point_timeout``: the processes' per-point
+    watchdog (:mod:`recallbench.runs.watchdog`; default from each point's step cap)."""
     from recallbench.api.errors import UnavailableError
     from recallbench.runs.executors import InProcess, Processes, make_executor
 
@@ -66,13 +68,14 @@ def suite_executor(suite: Suite, kind: str = "inprocess", workers: int | None = 
         return InProcess(runner=runner, reraise=(ConfigError, UnavailableError))
     threads = suite.data.get("threads") or 1
     if not str(suite.data.get("device") or "").startswith("cuda"):
-        return make_executor("processes", workers=workers, threads=threads, notify=notify)
+        return make_executor("processes", workers=workers, threads=threads, notify=notify,
+                             point_timeout=point_timeout)
     cpus = os.cpu_count() or 1
     most = min(GPU_WORKERS_PER_CPU * cpus, MAX_GPU_WORKERS)
     need(workers is None or 1 <= workers <= most, f"--workers {workers}",
          f"is not allowed: must be in [1, {most}] ({GPU_WORKERS_PER_CPU} per CPU, at most "
          f"{MAX_GPU_WORKERS}, for processes sharing the GPU)")
-    return Processes(workers or cpus, threads, False, notify)
+    return Processes(workers or cpus, threads, False, notify, point_timeout=point_timeout)
 
 
 def _todo(suite: Suite, adapter: str, store: Path, model_extra: Mapping | None) -> list:

@@ -7,8 +7,10 @@ that killed its worker).  A work item is a list of configs: one point, or with
 each worker runs it with :func:`recallbench.runs.worker.run_configs`.
 
 * ``inprocess`` (default): one point after another in this process.
-* ``processes``: ``--workers K`` local worker processes (``ProcessPoolExecutor``, spawn
-  context), each with ``--threads-per-worker`` torch threads (default 1).  K is bounded by
+* ``processes``: ``--workers K`` local worker processes (:mod:`recallbench.runs.pool`,
+  spawn context), each with ``--threads-per-worker`` torch threads (default 1), under a
+  per-point watchdog (``--point-timeout``, :mod:`recallbench.runs.watchdog`): a worker
+  that does not report in time is killed and replaced, its point retried once.  K is bounded by
   the CPUs, or, when the runs train on a GPU, by ``--workers-per-gpu`` and the GPU's free
   memory: the workers share the one device (:mod:`recallbench.runs.gpu_share`).
 * ``ray``: tasks on an existing cluster (``--address``) or on a local one started with
@@ -21,13 +23,13 @@ record as each item finishes.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import os
+from collections import deque
 from typing import Any, Callable, Iterator
 
 from recallbench.api.errors import ConfigError
 from recallbench.runs.gpu_share import GpuRuns
-from recallbench.runs.worker import init_worker, run_configs
+from recallbench.runs.worker import run_configs
 
 EXECUTORS = ("inprocess", "processes", "ray")
 
@@ -63,117 +65,121 @@ class InProcess:
 
 
 class Processes:
+    """``workers`` local processes (:class:`recallbench.runs.pool.WorkerPool`), one item each
+    at a time, under a per-item watchdog (:mod:`recallbench.runs.watchdog`): a worker that
+    has not reported within ``point_timeout`` seconds (default: from the item's step cap)
+    is killed and replaced, and its item retried once, then failed.  ``runner``: see
+    :func:`recallbench.runs.worker.run_configs` (a module-level function: it is pickled)."""
+
     name = "processes"
 
     def __init__(self, workers: int, threads: int = 1, ensemble: bool = False,
-                 notify: Callable[[str], None] | None = None, compile: str | None = None):
+                 notify: Callable[[str], None] | None = None, compile: str | None = None,
+                 point_timeout: float | None = None, runner: Callable | None = None):
         import multiprocessing
 
         self.workers, self.threads, self.ensemble = workers, threads, ensemble
-        self.compile = compile
+        self.compile, self.point_timeout, self.runner = compile, point_timeout, runner
         self.notify = notify  # told at once when the workers are stopped early
         self.parallel = workers
-        self._context = multiprocessing.get_context("spawn")
-        self._pool: cf.ProcessPoolExecutor | None = None
-
-    def _new_pool(self) -> cf.ProcessPoolExecutor:
-        return cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=self._context,
-                                      initializer=init_worker,
-                                      initargs=(self.threads, os.getpid()))
+        self._context = multiprocessing.get_context("spawn")  # CUDA only inside the workers
+        self._pool = None  # a WorkerPool, started on the first run, kept until close()
 
     def run(self, items: list[list[dict]], gate=None) -> Iterator[tuple[int, Any]]:
         """``gate`` (a time budget): each item is submitted only when a worker is free and
         the gate admits it, so its clock starts when it does."""
-        from concurrent.futures.process import BrokenProcessPool
+        from recallbench.runs.pool import WorkerPool
+        from recallbench.runs.watchdog import WORKER_START_S, item_timeout, timed_out
 
         if not items:
             return
-        todo = list(range(len(items)))[::-1]
-        # enough queued that no worker waits for the driver; with a gate, none queued
-        window = 2 * self.workers if gate is None else self.workers
-        pending: dict[cf.Future, int] = {}
-        crashes: dict[int, int] = {}  # item → pool crashes it was in flight for
+        todo = deque(range(len(items)))
+        losses: dict[int, int] = {}  # item -> tries lost with their worker
         if self._pool is None:  # kept between calls: an adaptive search calls once a round
-            self._pool = self._new_pool()
+            self._pool = WorkerPool(self.workers, self.threads, WORKER_START_S, self._preload(),
+                                    self._context)
+        pool = self._pool
         try:
-            while todo or pending:
-                while todo and len(pending) < window:
-                    i = todo.pop()
+            while todo or pool.busy():
+                for w in pool.idle():
+                    if not todo:
+                        break
+                    i = todo[0]
                     if gate is not None and not gate.admit(i):
                         todo.clear()
                         break
-                    pending[self._pool.submit(run_configs, items[i], self.threads,
-                                              self.ensemble, None, (), self.compile)] = i
-                done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
-                broken = None
-                for fut in done:
-                    i = pending.pop(fut)
-                    try:
-                        result = fut.result()
-                    except BrokenProcessPool as exc:
-                        broken = exc
-                        pending[fut] = i  # handled with the rest of the pool below
-                        continue
-                    except Exception as exc:  # e.g. a record that cannot be pickled back
-                        result = exc
-                    if gate is not None:
-                        gate.finished(i)
-                    yield i, result
-                if broken is not None:
-                    # A worker died (killed, out of memory, a crash in native code): every
-                    # item in flight is lost with the pool and we cannot tell which one
-                    # killed it.  Each gets one more try in a fresh pool, then is failed.
-                    lost = sorted(pending.values())
-                    pending.clear()
-                    self._pool.shutdown(wait=False, cancel_futures=True)
-                    self._pool = self._new_pool()
-                    for i in lost:
+                    todo.popleft()
+                    pool.submit(w, i, run_configs, (items[i], self.threads, self.ensemble,
+                                                    self.runner, (), self.compile),
+                                item_timeout(items[i], self.point_timeout))
+                lost = [(w, None) for w in pool.overdue()]
+                if not lost:
+                    for kind, w, value in pool.wait():
+                        if kind == "died":
+                            lost.append((w, value))
+                            continue
                         if gate is not None:
-                            gate.forget(i)
-                        crashes[i] = crashes.get(i, 0) + 1
-                        if crashes[i] > 1:
-                            yield i, RuntimeError(f"worker process died twice while running "
-                                                  f"this point ({broken})")
-                        else:
-                            todo.append(i)
+                            gate.finished(w.key)
+                        yield w.key, value
+                for w, code in lost:
+                    i, busy = w.key, w.busy
+                    limit = w.timeout if w.ready else pool.start_timeout
+                    pool.replace(w)
+                    if not busy:
+                        continue  # an idle worker died: its slot has a new one
+                    if gate is not None:
+                        gate.forget(i)
+                    losses[i] = losses.get(i, 0) + 1
+                    if losses[i] < 2:
+                        todo.appendleft(i)  # once more, on a fresh worker
+                        if self.notify is not None:
+                            what = ("died" if code is not None else
+                                    f"had not reported within {limit:g} s")
+                            self.notify(f"a worker {what}: killed and replaced; the point "
+                                        f"runs once more")
+                    elif code is None:
+                        yield i, timed_out(limit)
+                    else:
+                        yield i, RuntimeError(f"worker process died twice while running "
+                                              f"this point (exit code {code})")
         finally:
-            if pending:  # left early (an error, Ctrl-C, SIGTERM): stop the work in flight
-                self.stop()
+            if self._pool is not None and self._pool.busy():
+                self.stop()  # left early (an error, Ctrl-C, SIGTERM): stop the work in flight
+
+    def _preload(self) -> tuple[str, ...]:
+        """The modules a worker imports before it is ready: what its points run."""
+        if self.runner is not None:
+            return (self.runner.__module__,)
+        return ("recallbench.harness.ensemble" if self.ensemble else "recallbench.harness.train",)
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool.close()
             self._pool = None
 
     def stop(self, grace_s: float = 1.0) -> None:
         """Stop the workers now, points in flight and all: SIGTERM, then SIGKILL for any
         still alive after ``grace_s`` seconds (a worker exits at once on SIGTERM, see
         :func:`recallbench.runs.worker.init_worker`)."""
-        import time
-
         pool, self._pool = self._pool, None
         if pool is None:
             return
-        procs = [p for p in list((pool._processes or {}).values()) if p.is_alive()]
-        if procs and self.notify is not None:
-            self.notify(f"stopping {len(procs)} worker{'s' if len(procs) > 1 else ''}...")
-        for p in procs:
-            p.terminate()
-        deadline = time.monotonic() + grace_s
-        for p in procs:
-            p.join(max(0.0, deadline - time.monotonic()))
-            if p.is_alive():
-                p.kill()
-                p.join(1.0)
-        pool.shutdown(wait=False, cancel_futures=True)
+        n = len(pool.alive())
+        if n and self.notify is not None:
+            self.notify(f"stopping {n} worker{'s' if n > 1 else ''}...")
+        pool.stop(grace_s)
 
 
 def make_executor(kind: str = "inprocess", *, workers: int | None = None, address: str | None = None,
                   threads: int | None = None, ensemble: bool = False, gpus: float | None = None,
                   notify: Callable[[str], None] | None = None, compile: str | None = None,
-                  gpu: GpuRuns | None = None):
+                  gpu: GpuRuns | None = None, point_timeout: float | None = None):
     """The executor ``kind``; ``gpu``: the runs train on that GPU (processes: the workers
-    share it, see :mod:`recallbench.runs.gpu_share`); ``compile``: the ensembles' mode."""
+    share it, see :mod:`recallbench.runs.gpu_share`); ``compile``: the ensembles' mode;
+    ``point_timeout``: the processes' per-point watchdog (:mod:`recallbench.runs.watchdog`)."""
+    from recallbench.runs.watchdog import check_point_timeout
+
+    check_point_timeout(point_timeout, kind)
     if kind not in EXECUTORS:
         raise ConfigError(f"--executor {kind!r} is not allowed: one of {', '.join(EXECUTORS)}")
     if workers is not None and workers < 1:
@@ -188,12 +194,13 @@ def make_executor(kind: str = "inprocess", *, workers: int | None = None, addres
             raise ConfigError(f"--threads-per-worker {threads} is not allowed: must be in "
                               f"[1, {cpus}] (the CPUs of this machine)")
         if gpu is not None:  # the workers share one GPU: bounded by it, not by the CPUs
-            return Processes(gpu.workers(workers, cpus), threads or 1, ensemble, notify, compile)
+            return Processes(gpu.workers(workers, cpus), threads or 1, ensemble, notify, compile,
+                             point_timeout)
         # each worker is a training process (hundreds of MB): more than the CPUs only waits
         if workers is not None and workers > cpus:
             raise ConfigError(f"--workers {workers} is not allowed: must be in [1, {cpus}] "
                               "(the CPUs of this machine; a worker trains one point at a time)")
-        return Processes(workers or cpus, threads or 1, ensemble, notify, compile)
+        return Processes(workers or cpus, threads or 1, ensemble, notify, compile, point_timeout)
     from recallbench.runs.ray_executor import Ray
 
     return Ray(address, workers, threads or 1, ensemble, gpus)
