@@ -137,3 +137,28 @@ def test_bench_capacity_prints_the_cpu_time_of_a_card(tmp_path):
     assert re.search(r"status: (measured|bound)", out)
     assert re.search(r"CPU time of the runs: [\d.]+ min \(goal 10 min", out)
     assert (tmp_path / "store" / "results.jsonl").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_bench_recipes_prints_both_recipes_side_by_side():
+    out = bench("bench_recipes.py", "--seeds", "0,1", "--level", "0", "--set",
+                "task.vocab_size=32 task.seq_len=16 task.num_facts=4 model.d_model=8 "
+                "model.d_state=4 train.max_steps=12 train.val_every=5 train.val_size=32 "
+                "train.test_size=32 train.batch_size=8")
+    assert "default recipe" in out and "paper recipe" in out
+    rows = {ln.split("|")[0].strip(): ln.split("|")[1:] for ln in out.splitlines()
+            if re.match(r"(\d+|mean)\s+\|", ln)}
+    assert list(rows) == ["0", "1", "mean"]
+    for default, paper in rows.values():
+        d, p = default.split(), paper.split()
+        # level 0: reached at the first validation, after step 5 (default) and 6 (the
+        # paper's loop validates after the step of index 5); sequences = steps x batch 8
+        assert (d[0], d[1], p[0], p[1]) == ("5", "40", "6", "48")
+        assert all(0 <= float(x) <= 1 for x in (d[3], p[3]))
+    assert "steps trained: default [12, 12], paper [12, 12]" in out
+    refused = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_recipes.py"),
+                              "--set", "train.recipe=paper"], capture_output=True, text=True,
+                             cwd=ROOT, timeout=120)
+    assert refused.returncode == 1 and refused.stderr.strip() == (
+        "bench_recipes: --set train.recipe is not allowed: the benchmark runs both recipes, "
+        "null and paper")
