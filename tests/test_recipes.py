@@ -176,3 +176,15 @@ def test_the_batched_ensemble_refuses_a_recipe():
     cfg = resolve({**TINY, "train": {"recipe": "paper", "max_steps": 2}})
     with pytest.raises(EnsembleError, match=r"train.recipe = paper \(config 0\)"):
         run_ensemble([cfg])
+
+
+def test_an_lr_search_under_the_paper_recipe_trains_its_candidates_one_by_one():
+    from recallbench.harness.lr_candidates import candidates
+    from recallbench.harness.train import run
+
+    raw = {**TINY, "train": {"recipe": "paper", "lr": [0.003, 0.01], "batch_size": 8,
+                             "max_steps": 3, "val_size": 16, "test_size": 16, "threads": 1}}
+    assert all(c.train.recipe == "paper" for c in candidates(resolve(raw)))
+    rec = run(raw, progress=False)
+    assert rec["status"] == "ok" and "ensemble" not in rec
+    assert rec["config"]["train"]["recipe"] == "paper"
