@@ -107,3 +107,25 @@ def no_ray_process_survives():
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"Ray processes outlived their tests: raylet pids {left}"
+
+
+@pytest.fixture
+def board(tmp_path):
+    """A copy of the cpu-small leaderboard suite, with no submissions yet."""
+    import shutil
+
+    suite = Path(__file__).resolve().parent.parent / "leaderboards" / "cpu-small"
+    d = tmp_path / "leaderboards" / "cpu-small"
+    (d / "submissions").mkdir(parents=True)
+    shutil.copy(suite / "suite.yaml", d / "suite.yaml")
+    return d
+
+
+def one_line_error(rc: int, err: str, *names: str) -> None:
+    """A user's mistake: exit 2, one line ``recallbench: error: ...`` naming ``names``, no
+    traceback."""
+    assert rc == 2, err
+    assert "Traceback" not in err
+    assert err.count("\n") == 1 and err.startswith("recallbench: error: "), err
+    for name in names:
+        assert name in err, err

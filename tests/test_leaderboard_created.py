@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import copy
 import datetime
-import shutil
 from pathlib import Path
 
 import pytest
+
+from conftest import one_line_error
 
 from recallbench import leaderboard as lb
 from recallbench.api.errors import ConfigError
@@ -16,23 +17,6 @@ REPO = Path(__file__).resolve().parent.parent
 SUITE = REPO / "leaderboards" / "cpu-small"
 BASE = SUITE / "submissions" / "mamba.yaml"
 ORIGINAL = lb.read_yaml_data(BASE)
-
-
-@pytest.fixture
-def board(tmp_path):
-    """A copy of the cpu-small suite, with no submissions yet."""
-    d = tmp_path / "leaderboards" / "cpu-small"
-    (d / "submissions").mkdir(parents=True)
-    shutil.copy(SUITE / "suite.yaml", d / "suite.yaml")
-    return d
-
-
-def _one_line(rc: int, err: str, *names: str) -> None:
-    assert rc == 2, err
-    assert "Traceback" not in err
-    assert err.count("\n") == 1 and err.startswith("recallbench: error: "), err
-    for name in names:
-        assert name in err, err
 
 
 def _today() -> datetime.date:
@@ -54,17 +38,17 @@ def test_created_must_be_a_date_no_later_than_today(board, cli, value):
     path = board / "submissions" / "mamba.yaml"
     path.write_text(lb.dump_yaml(d))
     rc, _, err = cli("leaderboard", "validate", str(path))
-    _one_line(rc, err, str(path), "created: must be a date YYYY-MM-DD no later than today")
+    one_line_error(rc, err, str(path), "created: must be a date YYYY-MM-DD no later than today")
 
 
-def test_an_unquoted_yaml_date_is_refused_in_one_line(board, cli):
+def test_an_unquoted_yaml_date_is_refused_inone_line_error(board, cli):
     text = BASE.read_text().replace(f"created: '{ORIGINAL['created']}'",
                                     f"created: {ORIGINAL['created']}")
     assert text != BASE.read_text()
     path = board / "submissions" / "mamba.yaml"
     path.write_text(text)
     rc, _, err = cli("leaderboard", "validate", str(path))
-    _one_line(rc, err, str(path), "created: must be a date YYYY-MM-DD")
+    one_line_error(rc, err, str(path), "created: must be a date YYYY-MM-DD")
 
 
 @pytest.mark.parametrize("value", ["2024-02-29", ORIGINAL["created"], "today"])

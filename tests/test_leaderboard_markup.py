@@ -14,6 +14,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from conftest import one_line_error
 import yaml
 
 from recallbench import leaderboard as lb
@@ -24,23 +26,6 @@ SUITE = REPO / "leaderboards" / "cpu-small"
 BASE = SUITE / "submissions" / "mamba.yaml"
 ORIGINAL = lb.read_yaml_data(BASE)
 HOSTILE_FILE = "a`<img src=x onerror=alert(1)>`b.yaml"
-
-
-@pytest.fixture
-def board(tmp_path):
-    """A copy of the cpu-small suite, with no submissions yet."""
-    d = tmp_path / "leaderboards" / "cpu-small"
-    (d / "submissions").mkdir(parents=True)
-    shutil.copy(SUITE / "suite.yaml", d / "suite.yaml")
-    return d
-
-
-def _one_line(rc: int, err: str, *names: str) -> None:
-    assert rc == 2, err
-    assert "Traceback" not in err
-    assert err.count("\n") == 1 and err.startswith("recallbench: error: "), err
-    for name in names:
-        assert name in err, err
 
 
 # -- file names ---------------------------------------------------------------------------
@@ -55,9 +40,9 @@ def test_an_unsafe_file_name_is_refused_by_validate_and_render(board, cli, name)
     shutil.copy(BASE, path)
     shown = repr(name)
     rc, out, err = cli("leaderboard", "validate", str(path))
-    _one_line(rc, err, shown, "submission file name is a plain name")
+    one_line_error(rc, err, shown, "submission file name is a plain name")
     rc, out, err = cli("leaderboard", "render", str(board))
-    _one_line(rc, err, shown, "nothing rendered")
+    one_line_error(rc, err, shown, "nothing rendered")
     assert not (board / lb.README).exists()
 
 
@@ -67,7 +52,7 @@ def test_submit_refuses_an_unsafe_out_name_before_reading_the_store(tmp_path, cl
     shutil.copy(REPO / "leaderboards" / "cpu-v2" / "suite.yaml", suite / "suite.yaml")
     rc, _, err = cli("submit", "--suite", str(suite), "--store", str(tmp_path / "none"),
                      "--model-name", "m", "--out", str(tmp_path / HOSTILE_FILE))
-    _one_line(rc, err, "--out", repr(HOSTILE_FILE), "plain name")
+    one_line_error(rc, err, "--out", repr(HOSTILE_FILE), "plain name")
 
 
 @pytest.mark.parametrize("name", ["mamba.yaml", "mamba-v2.1+x_y.yml", "A" * 64 + ".yaml"])

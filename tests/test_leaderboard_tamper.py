@@ -24,15 +24,6 @@ BASE = "mamba.yaml"
 ORIGINAL = lb.read_yaml_data(SUITE / "submissions" / BASE)
 
 
-@pytest.fixture
-def board(tmp_path):
-    """A copy of the cpu-small suite, with no submissions yet."""
-    d = tmp_path / "leaderboards" / "cpu-small"
-    (d / "submissions").mkdir(parents=True)
-    shutil.copy(SUITE / "suite.yaml", d / "suite.yaml")
-    return d
-
-
 def _with_original(board: Path) -> Path:
     shutil.copy(SUITE / "submissions" / BASE, board / "submissions" / BASE)
     return board / "submissions" / BASE
