@@ -121,19 +121,20 @@ def _mean_view(runs: list[dict], level: float) -> dict:
 
 
 def _worst_fano(runs: list[dict], level: float) -> dict:
-    """Lem 4.5 on every run of a cell: the run that needs the most bits beyond its state."""
-    worst = None
-    for r in runs:
-        chk = fit.fano_check(r["correct"], r["total"], r["state_size"],
-                             r.get("state_bits") or 32, _info_bits(r, r["config"]["task"]),
-                             level)
-        if worst is None or chk.implied_bits - chk.state_bits_total > \
-                worst[1].implied_bits - worst[1].state_bits_total:
-            worst = (r, chk)
-    r, chk = worst
+    """Lem 4.5 on every run of a cell (:func:`recallbench.law.fit.fano_check`, with one
+    interval call over all the runs): the run that needs the most bits beyond its state
+    (the first such run on a tie)."""
+    correct = np.array([r["correct"] for r in runs], float)
+    total = np.array([r["total"] for r in runs], float)
+    lower = np.atleast_1d(np.asarray(fit.binomial_interval(correct, total, level)[0], float))
+    info = np.array([float(_info_bits(r, r["config"]["task"])) for r in runs])
+    held = np.array([float(r["state_size"]) * float(r.get("state_bits") or 32) for r in runs])
+    implied = lower * info - 1.0
+    k = int(np.argmax(implied - held))
+    r = runs[k]
     return {"seed": r.get("seed"), "config_hash": r.get("config_hash"),
-            "accuracy_lower": chk.accuracy_lower, "implied_bits": chk.implied_bits,
-            "state_bits_total": chk.state_bits_total, "impossible": chk.impossible}
+            "accuracy_lower": float(lower[k]), "implied_bits": float(implied[k]),
+            "state_bits_total": float(held[k]), "impossible": bool(implied[k] > held[k])}
 
 
 def cell_summary(runs: list[dict], failed: list[dict], level: float) -> dict:
