@@ -188,3 +188,14 @@ def test_an_lr_search_under_the_paper_recipe_trains_its_candidates_one_by_one():
     rec = run(raw, progress=False)
     assert rec["status"] == "ok" and "ensemble" not in rec
     assert rec["config"]["train"]["recipe"] == "paper"
+
+
+def test_a_sweeps_unresolved_view_sees_the_recipes_values():
+    """Skip rules and filters read configs before they resolve: they see the recipe's
+    batch, an explicit key over it, and the default under an unknown recipe name (which
+    resolving then refuses)."""
+    from recallbench.runs.skip_rules import with_defaults
+
+    assert with_defaults({"train": {"recipe": "paper"}})["train"]["batch_size"] == 128
+    assert with_defaults({"train": {"recipe": "paper", "batch_size": 7}})["train"]["batch_size"] == 7
+    assert with_defaults({"train": {"recipe": "nope"}})["train"]["batch_size"] == 64

@@ -70,7 +70,14 @@ def with_defaults(raw: Mapping[str, Any]) -> dict[str, Any]:
                 defaults[f.name] = f.default
     task = {"name": name, **defaults, **{k: v for k, v in task.items() if k != "name"}}
     model = {**dataclasses.asdict(ModelConfig()), **dict(raw.get("model") or {})}
-    train = {**dataclasses.asdict(TrainConfig()), **dict(raw.get("train") or {})}
+    from recallbench.api.errors import ConfigError
+    from recallbench.api.recipes import apply_recipe
+
+    try:  # a recipe's keys count as set (a bad recipe name is left to resolving)
+        raw_train = apply_recipe(raw.get("train")) or {}
+    except ConfigError:
+        raw_train = raw.get("train") or {}
+    train = {**dataclasses.asdict(TrainConfig()), **dict(raw_train)}
     return {"task": task, "model": model, "train": train}
 
 
