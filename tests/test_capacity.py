@@ -2,6 +2,8 @@
 simulated from the law (a model of known effective state) and on a few real ones."""
 import json
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from recallbench.runs import capacity
 BASE = {"task": {"name": "mqar", "vocab_size": 512},
         "model": {"adapter": "linear-mamba", "d_model": 32, "d_state": 8}, "train": {}}
 S = 2 * 32 * 8
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def simulated(n_eff, guesses=True, units=1024, seed=0, cut_from=None, fail_seed=None):
@@ -204,3 +207,29 @@ def test_the_command_writes_a_card_and_a_rerun_resumes_from_its_store(cli, tmp_p
     assert rc == 0 and "(from the store)" in out2
     assert len((tmp_path / "card" / "store" / "results.jsonl").read_text().splitlines()) \
         >= len(lines)
+
+
+def test_run_seconds_reads_the_protocol():
+    """A run's time range: lr candidates x (earliest plateau .. step cap) x the step time."""
+    from recallbench.runs.eta import run_seconds
+
+    cfg = {"train": {"lr": [0.003, 0.01, 0.03], "max_steps": 2000, "max_steps_limit": 8000,
+                     "patience": 10, "val_every": 50}}
+    assert run_seconds(cfg, 0.01) == pytest.approx((3 * 550 * 0.01, 3 * 8000 * 0.01))
+    cfg = {"train": {"lr": 0.01, "max_steps": 300, "patience": None, "val_every": 50}}
+    assert run_seconds(cfg, 0.1) == pytest.approx((30.0, 30.0))
+
+
+@pytest.mark.slow
+def test_dry_runs_measure_a_step_and_train_nothing(cli, tmp_path):
+    rc, out, err = cli("capacity", "--adapter", "linear-mamba", "--d-model", "8", "--d-state",
+                       "2", "--out", str(tmp_path / "c"), "--dry-run")
+    assert rc == 0, err
+    assert re.search(r"measured: [\d.]+ ms a step at N_f = \d+", out)
+    assert re.search(r"ETA: [\d.]+ min to [\d.]+ min", out) and not (tmp_path / "c").exists()
+    suite = "leaderboards/cpu-v2"
+    rc, out, err = cli("leaderboard", "run", "--suite", str(ROOT / suite), "--adapter",
+                       "linear-mamba", "--store", str(tmp_path / "s"), "--dry-run")
+    assert rc == 0, err
+    assert out.count("ms a step at L = ") == 3 and "24 to run" in out
+    assert re.search(r"ETA: [\d.]+ min to [\d.]+ min", out) and not (tmp_path / "s").exists()

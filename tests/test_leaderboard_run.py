@@ -152,3 +152,23 @@ def test_an_interrupted_processes_run_resumes(tmp_path, cli_subprocess):
     assert f"done: {9 - len(first)} ran, 0 failed, {len(first)} skipped" in out
     hashes = [r["config_hash"] for r in _lines(store)]
     assert len(hashes) == 9 and len(set(hashes)) == 9
+
+
+def test_a_progress_line_gives_the_points_own_time_and_an_eta(tmp_path):
+    """The time on a point's line is its own run's (its record's wall_s), not the wait since
+    the line before; every line but the last says how long the rest will take."""
+    from recallbench.harness.train import run
+    from recallbench.runs.eta import remaining
+
+    def runner(cfg, progress=False):
+        return {**run(cfg, progress=False), "wall_s": 123.4}
+
+    seen = []
+    lb.run_suite(lb.load_suite(_suite(tmp_path)), "designed", tmp_path / "store",
+                 runner=runner, log=seen.append)
+    points = [line for line in seen if line.startswith("[")]
+    assert len(points) == 6 and all(" in 123.4s" in line for line in points)
+    assert all("left at this pace" in line for line in points[:-1])
+    assert "left" not in points[-1]
+    assert remaining(60.0, 2, 6) == "about 2.0 min left at this pace"
+    assert remaining(0.0, 0, 6) == "ETA after the first point" and remaining(9.0, 6, 6) == ""

@@ -12,7 +12,6 @@ import argparse
 import importlib
 import json
 import os
-import time
 from pathlib import Path
 
 from recallbench.api.errors import ConfigError
@@ -122,41 +121,28 @@ def base_config(args) -> dict:
     return resolve(raw).to_dict()
 
 
-def _step_seconds(base: dict, num_facts: int) -> float:
-    """Seconds per training step at N_f, measured: two short runs, the difference."""
-    from recallbench.harness.train import run
-    from recallbench.runs.capacity import cell_config
-
-    times = []
-    for steps in (2, 8):
-        cfg = cell_config(base, num_facts, 0)
-        cfg["train"].update(lr=0.01, max_steps=steps, max_steps_limit=None, val_size=8,
-                            test_size=8, val_every=10**6, progress=False)
-        t = time.perf_counter()
-        run(cfg, progress=False)
-        times.append(time.perf_counter() - t)
-    return max((times[1] - times[0]) / 6, 1e-4)
-
-
 def _dry_run(args, base: dict, seeds: list[int]) -> int:
-    from recallbench.runs.capacity import _first_facts, n_eff_prior
+    from recallbench.runs.capacity import _first_facts, cell_config, n_eff_prior
+    from recallbench.runs.eta import minutes, run_seconds, step_seconds
 
     d, vocab = base["model"]["d_model"], base["task"]["vocab_size"]
     nf = _first_facts(d, n_eff_prior(base), vocab)
-    step = _step_seconds(base, nf)
-    lrs = base["train"]["lr"] if isinstance(base["train"]["lr"], list) else [base["train"]["lr"]]
-    runs = len(seeds) * len(lrs)
-    lo_steps, hi_steps = 500, base["train"].get("max_steps_limit") or base["train"]["max_steps"]
+    first = cell_config(base, nf, 0)
+    step = step_seconds(first)
+    r_lo, r_hi = run_seconds(first, step)
     workers = _workers(args, seeds)
-    lo = EXPECTED_CELLS[0] * runs * lo_steps * step / workers
-    hi = EXPECTED_CELLS[1] * runs * hi_steps * step * 2 / workers  # later cells run longer L
+    lrs = base["train"]["lr"] if isinstance(base["train"]["lr"], list) else [base["train"]["lr"]]
+    cap = base["train"].get("max_steps_limit") or base["train"]["max_steps"]
+    lo = EXPECTED_CELLS[0] * len(seeds) * r_lo / workers
+    hi = EXPECTED_CELLS[1] * len(seeds) * r_hi * 2 / workers  # later cells: longer L
     print(f"capacity plan: {base['model']['adapter']} D={d} N={base['model']['d_state']} "
           f"at V={vocab}; first cell N_f = {nf}, L = {4 * nf} (the law at S_eff = S)")
     print(f"  per cell: {len(seeds)} seed(s) x {len(lrs)} learning rate(s), "
-          f"{base['train']['max_steps']} steps (extended to at most {hi_steps} while improving)")
+          f"{base['train']['max_steps']} steps (extended to at most {cap} while improving)")
     print(f"  measured: {step * 1000:.1f} ms a step at N_f = {nf}; {workers} worker(s)")
-    print(f"  ETA: {lo / 60:.1f} to {min(hi, args.time_budget * 60) / 60:.1f} min "
-          f"({EXPECTED_CELLS[0]}-{EXPECTED_CELLS[1]} cells; the time budget is "
+    print(f"  ETA: {minutes(lo)} to {minutes(min(hi, args.time_budget * 60))} "
+          f"({EXPECTED_CELLS[0]} cells stopping on their first plateau to "
+          f"{EXPECTED_CELLS[1]} at their cap, at up to twice this L; the time budget is "
           f"{args.time_budget:g} min)")
     print("(dry run: nothing was trained)")
     return 0

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from recallbench.api.errors import ConfigError
@@ -41,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from recallbench.runs.watchdog import HELP
 
     p.add_argument("--point-timeout", type=float, metavar="SECONDS", help=HELP)
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the points left and an ETA from step times measured here "
+                        "(two short runs per budget); train nothing")
 
     p = sub.add_parser("validate", help="check submissions: schema, suite, hashes, Fano bound")
     p.add_argument("files", nargs="+", help="submission .yaml files or suite folders")
@@ -141,6 +145,10 @@ def _run(args) -> int:
 
     _check_run_flags(args)
     suite, extra = _suite_to_run(args)
+    if args.dry_run:
+        workers = args.workers or ((os.cpu_count() or 1) if args.executor == "processes" else 1)
+        lb.plan(suite, args.adapter, args.store, model_extra=extra, workers=workers)
+        return 0
     notify = lambda m: print(f"recallbench: {m}", file=sys.stderr, flush=True)  # noqa: E731
     executor = lb.suite_executor(suite, args.executor, args.workers, notify=notify,
                                  point_timeout=args.point_timeout)

@@ -31,8 +31,8 @@ from recallbench.leaderboard.points import merge_config
 from recallbench.leaderboard.render import render, render_markdown
 from recallbench.leaderboard.table import PLOT, README, acc_by_nf, fmt, leaderboard_rows
 from recallbench.leaderboard.plot import render_plot
-from recallbench.leaderboard.run import (load_store_records, new_seed, run_suite, sample_points,
-                                        suite_executor, verify)
+from recallbench.leaderboard.run import (load_store_records, new_seed, plan, run_suite,
+                                        sample_points, suite_executor, verify)
 from recallbench.leaderboard.submission import (SUBMISSION_SCHEMA, build_submission, content_sha256,
                                                 write_submission)
 from recallbench.leaderboard.suite import (SUBMISSIONS_DIR, SUITE_FILE, Suite, load_suite,
@@ -44,7 +44,8 @@ __all__ = [
     "MAX_BYTES", "PLOT", "README", "SUBMISSIONS_DIR", "SUBMISSION_SCHEMA", "SUITE_FILE", "Suite",
     "acc_by_nf", "build_submission", "check_board", "check_files", "check_name",
     "check_submission", "content_sha256", "dump_yaml", "fmt", "leaderboard_rows",
-    "load_store_records", "load_suite", "merge_config", "new_seed", "read_yaml_data", "render",
+    "load_store_records", "load_suite", "merge_config", "new_seed", "plan", "read_yaml_data",
+    "render",
     "render_markdown", "render_plot", "run_suite", "sample_points", "slug", "submission_files",
     "suite_dirs", "suite_executor", "valid_board", "validate_file", "verify", "write_submission",
 ]

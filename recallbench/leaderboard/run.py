@@ -143,14 +143,56 @@ def run_suite(suite: Suite, adapter: str, store: str | Path, *, model_extra: Map
     tally, total = Tally(), len(todo)
 
     def show(job, record, tally) -> None:
-        log(f"[{tally.ran}/{total}] {suite.label(job.tag)}: {_outcome(record)} "
-            f"in {tally.lap:.1f}s")
+        from recallbench.runs.eta import remaining
+
+        own = record.get("wall_s")  # the point's own time, not the wait since the last one
+        log(f"[{tally.ran}/{total}] {suite.label(job.tag)}: {_outcome(record)} in "
+            f"{own if own is not None else tally.lap:.1f}s"
+            + (f"; {remaining(tally.elapsed, tally.ran, total)}" if tally.ran < total else ""))
 
     with Store(store) as out:
         gate = None if time_budget is None else Gate(time_budget, clock=clock, start=start)
         drive([[job] for job in todo], executor, out, show, tally, gate=gate)
     counts.update(ran=tally.ok, failed=tally.failed, left=counts["left"] - tally.ran)
     return counts
+
+
+def plan(suite: Suite, adapter: str, store: str | Path, *, model_extra: Mapping | None = None,
+         workers: int = 1, log: Callable[[str], None] = print) -> dict:
+    """``leaderboard run --dry-run``: the points left to run and an ETA from step times
+    measured here (:mod:`recallbench.runs.eta`), one measurement per budget at its longest
+    L; shorter L are scaled down in proportion for the early end of the range only."""
+    from recallbench.api.registry import ADAPTERS
+    from recallbench.runs import eta
+
+    ADAPTERS.require(adapter, where=f"suite {suite.name}")
+    todo = _todo(suite, adapter, Path(store), model_extra)
+    n = len(suite.points())
+    log(f"suite {suite.name}, adapter {adapter}: {n} points, {n - len(todo)} already in "
+        f"{store}, {len(todo)} to run on {workers} worker(s)")
+    lo = hi = 0.0
+    by_budget: dict[str, list] = {}
+    for job in todo:
+        by_budget.setdefault(job.tag["budget"], []).append(job)
+    def length(job) -> int:
+        return int(job.config["task"].get("seq_len") or 1)
+
+    for name, jobs in by_budget.items():
+        longest = max(jobs, key=length)
+        step = eta.step_seconds(longest.config)
+        b_lo = b_hi = 0.0
+        for j in jobs:
+            r_lo, r_hi = eta.run_seconds(j.config, step)
+            b_lo += r_lo * length(j) / length(longest)
+            b_hi += r_hi
+        log(f"  {name}: {len(jobs)} point(s), {step * 1000:.1f} ms a step at L = "
+            f"{length(longest)}: {eta.minutes(b_lo)} to {eta.minutes(b_hi)} of runs")
+        lo, hi = lo + b_lo, hi + b_hi
+    log(f"ETA: {eta.minutes(lo / workers)} to {eta.minutes(hi / workers)} on {workers} "
+        "worker(s) (earliest: every run stops on its first plateau; latest: every run goes "
+        "to its step cap)")
+    log("(dry run: nothing was trained)")
+    return {"points": n, "todo": len(todo), "eta_s": [lo / workers, hi / workers]}
 
 
 MAX_SEED = 2 ** 32
