@@ -47,3 +47,51 @@ def test_the_cell_fano_check_matches_the_per_run_check():
             "info_bits": 100.0, "config": {"task": TASK}} for s in range(3)]
     got = cells._worst_fano(tie, 0.95)
     assert got["seed"] == 0 and got["impossible"]  # the first of equals, as before
+
+
+def test_the_cli_path_reads_what_load_records_reads(tmp_path):
+    """``score(load_runs(p))`` is ``score(load_records(p))``: same runs, order, merges,
+    skipped lines and warnings, with one config shared by the seeds of a cell."""
+    import json
+    import warnings
+
+    from recallbench.api.canonical import config_hash
+    from recallbench.api.config import resolve
+    from recallbench.law import scorer
+
+    def rec(seed, facts, status="ok", correct=5):
+        cfg = resolve({"task": {**TASK, "num_facts": facts},
+                       "model": {"adapter": "designed", "d_model": 8, "d_state": 2},
+                       "train": {"max_steps": 0, "seed": seed}}).to_dict()
+        out = {"schema": "recallbench.result/1", "status": status, "config_hash": config_hash(cfg),
+               "seed": seed, "config": cfg, "state_size": 32, "steps": 3}
+        if status == "ok":
+            out.update(correct=correct, total=16, accuracy=correct / 16)
+        else:
+            out["error"] = "boom"
+        return out
+
+    store = tmp_path / "st"
+    store.mkdir()
+    bad = {**rec(9, 2), "config_hash": rec(8, 2)["config_hash"]}
+    lines = [json.dumps(r) for r in (rec(0, 2, "failed"), rec(1, 2), rec(0, 2), rec(0, 4),
+                                     rec(0, 2, correct=9), bad)]
+    (store / "results.jsonl").write_text("\n".join(lines[:3]) + "\n{torn\n" + "\n".join(lines[3:]) + "\n")
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text(json.dumps(rec(1, 2, correct=11)) + "\n[1]\n")
+
+    def run(load):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            runs = load([store, extra])
+            report = scorer.score(runs)
+        return runs, report, [str(w.message) for w in caught]
+
+    slim, slim_report, slim_notes = run(scorer.load_runs)
+    full, full_report, full_notes = run(scorer.load_records)
+    assert slim_report == full_report and slim_notes == full_notes
+    assert [r["config_hash"] for r in slim] == [r["config_hash"] for r in full]
+    assert len(slim) == 4 and slim[0]["status"] == "ok"  # the ok record beat the failed one
+    assert slim[0]["config"] is slim[1]["config"] is slim[3]["config"]  # seeds share one config
+    assert "schema" not in slim[0] and "seed" not in slim[0]["config"]["train"]
+    assert any(":4: ignoring a torn line" in n for n in slim_notes)

@@ -77,14 +77,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def command(args) -> int:
     """Run ``recallbench score``."""
-    from recallbench.law.scorer import load_records, score, write_report
+    from recallbench.law.scorer import load_runs, score, write_report
 
     if not 0.0 < args.delta < 1.0:
         raise ConfigError(f"--delta = {args.delta!r} is not allowed: a probability strictly between 0 and 1")
     _check_out(Path(args.out))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        records = load_records(args.inputs)
+        records = load_runs(args.inputs)  # only what the scorer reads of each record
         load_notes = [str(w.message) for w in caught]
         _check_usable(records, args.inputs)
         collapse = {"auto": "auto", "always": True, "never": False}[args.collapse]

@@ -8,7 +8,10 @@
   of the best variant) views, each with a Clopper-Pearson interval, and the Fano check
   (Lem 4.5) of its worst run;
 * :func:`mark_guess`: whether each view of a cell is above its task's guess level, the
-  bag-of-values guess (:mod:`recallbench.law.guess`).
+  bag-of-values guess (:mod:`recallbench.law.guess`);
+* :class:`Slimmer`: a record cut to the fields the scorer reads, its config shared with
+  every record of the same config but for the seed (what the scorer holds of each run);
+  :func:`unique_runs` and :func:`group_records`: one run per config hash, by group and cell.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from recallbench.api.canonical import canonical_json
+from recallbench.api.canonical import canonical_json, config_hash
 from recallbench.law import fit, guess
 
 MODEL_KEYS = ("adapter", "head_pattern", "n_heads", "d_conv", "expand", "options")
@@ -54,6 +57,69 @@ def group_label(model: Mapping, task: Mapping) -> str:
              if k not in ("name", "vocab_size") and v not in (None, 1.0, True)]
     return f"{' '.join(bits)} on {task.get('name')} (V={task.get('vocab_size')}" + \
         "".join(f", {e}" for e in extra) + ")"
+
+
+#: the fields of a record the scorer reads (cells, groups, flags, the usable-input check)
+RUN_FIELDS = ("status", "error", "config_hash", "correct", "total", "accuracy", "correct_topk",
+              "accuracy_topk", "top_k", "seed", "converged", "stop_reason", "steps",
+              "state_size", "state_bits", "state_note", "info_bits", "extended", "config")
+
+
+class Slimmer:
+    """``slimmer(record)``: the record less every field the scorer does not read, its config
+    less ``train.seed`` (a runtime key: the run's own ``seed`` field says it) and shared
+    with the records of the same config but for the seed.  A record without a
+    ``config_hash`` keeps its whole config (its hash is made from it)."""
+
+    def __init__(self):
+        self.configs: dict[str, dict] = {}
+
+    def __call__(self, record: Mapping) -> dict:
+        out = {k: record[k] for k in RUN_FIELDS if k in record}
+        cfg = out.get("config")
+        train = cfg.get("train") if isinstance(cfg, dict) else None
+        if out.get("config_hash") and isinstance(train, dict) and "seed" in train:
+            cfg = {**cfg, "train": {k: v for k, v in train.items() if k != "seed"}}
+            out["config"] = self.configs.setdefault(repr(cfg), cfg)
+        return out
+
+
+def unique_runs(records: Iterable[Mapping], warn) -> list[Mapping]:
+    """One record per config hash (the last one wins); records without a config dropped."""
+    seen: dict[str, int] = {}
+    unique: list[Mapping] = []
+    for rec in records:
+        if "config" not in rec:
+            warn(f"skipping a record without a config (seed {rec.get('seed')!r})")
+            continue
+        h = rec.get("config_hash") or config_hash(rec["config"])
+        if h in seen:
+            warn(f"run {h[:12]} appears more than once; keeping the last record")
+            unique[seen[h]] = rec
+        else:
+            seen[h] = len(unique)
+            unique.append(rec)
+    return unique
+
+
+def group_records(unique: list[Mapping]) -> dict[str, dict]:
+    """Records by group key, then by cell, split into usable (ok) and failed runs."""
+    groups: dict[str, dict] = {}
+    keys: dict[int, tuple] = {}  # id(config) -> (group key, model key, task key, cell key)
+    for rec in unique:
+        cfg = rec["config"]
+        if id(cfg) not in keys:
+            mk, tk = model_key(rec), task_key(rec)
+            keys[id(cfg)] = (canonical_json({"model": mk, "task": tk}), mk, tk,
+                             canonical_json({"task": cfg.get("task"), "model": cfg.get("model")}))
+        gkey, mk, tk, ck = keys[id(cfg)]
+        g = groups.setdefault(gkey, {"model": mk, "task": tk, "cells": {}})
+        if rec.get("correct") is None and rec.get("accuracy") is not None and rec.get("total"):
+            rec = {**rec, "correct": int(round(rec["accuracy"] * rec["total"]))}
+        cell = g["cells"].setdefault(ck, {"ok": [], "failed": []})
+        usable = rec.get("status") == "ok" and rec.get("total")
+        (cell["ok"] if usable else cell["failed"]).append(rec)
+    return groups
 
 
 def _variant_key(record: Mapping) -> dict:
@@ -97,8 +163,12 @@ def _best_view(runs: list[dict], level: float) -> dict:
 def _mean_view(runs: list[dict], level: float) -> dict:
     """Mean over seeds, of the training variant with the highest mean; counts pooled."""
     by_variant: dict[str, list[dict]] = {}
+    names: dict[int, str] = {}  # id(config) -> its variant's key (configs are shared)
     for r in runs:
-        by_variant.setdefault(canonical_json(_variant_key(r)), []).append(r)
+        name = names.get(id(r["config"]))
+        if name is None:
+            name = names[id(r["config"])] = canonical_json(_variant_key(r))
+        by_variant.setdefault(name, []).append(r)
     means = []
     for group in by_variant.values():
         accs = np.array([r["correct"] / r["total"] for r in group])

@@ -13,7 +13,7 @@ import json
 import math
 import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from recallbench.api.errors import ConfigError
 from recallbench.api.fields import is_number, short
@@ -80,16 +80,50 @@ def _check_config(cfg: Any, where: str) -> None:
                 _bad(where, f"config.{section}.{key}", v, "an integer >= 1")
 
 
-def _read_jsonl(path: Path, whole: bool = True) -> list[tuple[str, Any]]:
-    """(place, value) of each JSON line; torn lines skipped with a warning, as a store's.
-    A ``whole`` input file none of whose lines is JSON is not a JSON-lines file at all."""
-    from recallbench.runs.store import scan_lines
+def _outcome(rec: Any, place: str):
+    """None for a record the scorer uses; else ``("warn", message)`` for one it skips, or
+    ``("error", ConfigError)`` for one whose values it cannot use (raised if it is kept)."""
+    from recallbench.runs.verify import record_problem
 
-    items, torn = scan_lines(path, _warn)
-    if whole and torn and not items:
+    if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
+        got = rec.get("schema") if isinstance(rec, dict) else type(rec).__name__
+        return ("warn", f"{place}: skipping an entry that is not a {SCHEMA} record "
+                        f"(schema {short(got, 40)})")
+    try:
+        check_record(rec, place)
+    except ConfigError as exc:
+        return ("error", exc)
+    problem = record_problem(rec)  # filed under another config's hash, impossible counts
+    return None if problem is None else ("warn", f"{place}: {problem}")
+
+
+def _settle(entries: Iterable[tuple[Any, Any]]) -> Iterator[Any]:
+    """The kept records of (kept, outcome) pairs, in order; the others warned or raised."""
+    for kept, outcome in entries:
+        if outcome is None:
+            yield kept
+        elif outcome[0] == "warn":
+            _warn(outcome[1])
+        else:
+            raise outcome[1]
+
+
+def _read_jsonl(path: Path, keep: Callable[[dict], Any]) -> Iterator[Any]:
+    """The records of a ``.jsonl`` file, read line by line; torn lines skipped with a
+    warning, as a store's.  A file none of whose lines is JSON is not a JSON-lines file.
+    Only what ``keep`` makes of each record is held until the file is read."""
+    from recallbench.runs.store import iter_lines
+
+    torn: list[int] = []
+    entries, parsed = [], 0
+    for number, item in iter_lines(path, _warn, torn):
+        parsed += 1
+        outcome = _outcome(item, f"{path}:{number}")
+        entries.append((keep(item) if outcome is None else None, outcome))
+    if torn and not parsed:
         raise ConfigError(f"input {path}: not a JSON-lines file (no line of it is JSON; "
                           f"line {torn[0]} is not UTF-8 or not JSON)")
-    return [(f"{path}:{n}", item) for n, item in items]
+    return _settle(entries)
 
 
 def _read_json(path: Path) -> list[tuple[str, Any]]:
@@ -112,25 +146,34 @@ def _read_json(path: Path) -> list[tuple[str, Any]]:
     raise ConfigError(f"input {path} holds a {type(data).__name__}: expected a record or a list of records")
 
 
-def _read_store(path: Path) -> list[tuple[str, Any]]:
-    """A store directory: every file's records checked where they are, then merged to one
-    per config hash as the store itself merges them (an ok record over failed ones)."""
+def _read_store(path: Path, keep: Callable[[dict], Any]) -> Iterator[Any]:
+    """A store directory, read line by line: every file's records merged to one per config
+    hash as the store itself merges them (an ok record kept over failed ones), then each
+    kept one checked where it was read.  Only what ``keep`` makes of a record is held."""
     from recallbench.runs import store as result_store
 
-    places: dict[int, str] = {}
-    records = []
+    kept: dict[str, tuple[Any, Any, Any]] = {}  # config hash -> (status, kept, outcome)
+    duplicates = 0
     for f in result_store.store_files(path):
-        for place, rec in _read_jsonl(f, whole=False):
-            if isinstance(rec, dict) and isinstance(rec.get("config_hash"), str):
-                places[id(rec)] = place
-                records.append(rec)
-            else:
-                _warn(f"{place}: ignoring an entry that is not a result record")
-    merged, duplicates = result_store.merge_records(records)
+        strays = []
+        for number, rec in result_store.iter_lines(f, _warn):
+            if not (isinstance(rec, dict) and isinstance(rec.get("config_hash"), str)):
+                strays.append(number)
+                continue
+            h = rec["config_hash"]
+            old = kept.get(h)
+            if old is not None:
+                duplicates += 1
+                if old[0] == "ok":
+                    continue  # ok beats failed; a later failure replaces an earlier one
+            outcome = _outcome(rec, f"{f}:{number}")
+            kept[h] = (rec.get("status"), keep(rec) if outcome is None else None, outcome)
+        for number in strays:
+            _warn(f"{f}:{number}: ignoring an entry that is not a result record")
     if duplicates:
         _warn(f"{path}: {duplicates} duplicate records of the same config_hash merged (an ok "
               "record kept over failed ones)")
-    return [(places[id(rec)], rec) for rec in merged]
+    return _settle((k, outcome) for _, k, outcome in kept.values())
 
 
 def _inputs(paths: Iterable[str | Path]) -> list[tuple[str, Path]]:
@@ -157,6 +200,24 @@ def _inputs(paths: Iterable[str | Path]) -> list[tuple[str, Path]]:
     return out
 
 
+def iter_records(paths: Iterable[str | Path] | str | Path,
+                 keep: Callable[[dict], Any] | None = None) -> Iterator[Any]:
+    """The records :func:`load_records` returns, in its order, one input at a time, each
+    made into ``keep(record)`` as it is read (the scorer keeps only the fields it uses),
+    so no input's raw records are held whole.  Warnings and errors as load_records'."""
+    keep = keep or (lambda rec: rec)
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    for kind, path in _inputs(paths):
+        if kind == "store":
+            yield from _read_store(path, keep)
+        elif path.suffix == ".jsonl":
+            yield from _read_jsonl(path, keep)
+        else:
+            yield from _settle((keep(rec) if (o := _outcome(rec, place)) is None else None, o)
+                               for place, rec in _read_json(path))
+
+
 def load_records(paths: Iterable[str | Path] | str | Path) -> list[dict]:
     """Read result records from stores, ``.jsonl`` and ``.json`` files.
 
@@ -171,24 +232,4 @@ def load_records(paths: Iterable[str | Path] | str | Path) -> list[dict]:
     filed under another config's hash, or with impossible counts, is skipped with a
     warning (:func:`recallbench.runs.verify.record_problem`).
     """
-    from recallbench.runs.verify import record_problem
-
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    records: list[dict] = []
-    for kind, path in _inputs(paths):
-        items = (_read_store(path) if kind == "store"
-                 else _read_jsonl(path) if path.suffix == ".jsonl" else _read_json(path))
-        for place, rec in items:
-            if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
-                got = rec.get("schema") if isinstance(rec, dict) else type(rec).__name__
-                _warn(f"{place}: skipping an entry that is not a {SCHEMA} record "
-                      f"(schema {short(got, 40)})")
-                continue
-            check_record(rec, place)
-            problem = record_problem(rec)  # filed under another config's hash, impossible counts
-            if problem is not None:
-                _warn(f"{place}: {problem}")
-                continue
-            records.append(rec)
-    return records
+    return list(iter_records(paths))

@@ -60,14 +60,14 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from recallbench.api.canonical import canonical_json, config_hash, plain
+from recallbench.api.canonical import plain
 from recallbench.law import declared, extended, fit, guess, theory
-from recallbench.law.cells import (best_run, cell_summary, group_label, mark_guess, model_key,
-                                   task_key)
-from recallbench.law.records import SCHEMA, ScoreWarning, load_records
+from recallbench.law.cells import (Slimmer, best_run, cell_summary, group_label,
+                                   group_records, mark_guess, unique_runs)
+from recallbench.law.records import SCHEMA, ScoreWarning, iter_records, load_records
 
-__all__ = ["SCHEMA", "REPORT_SCHEMA", "ScoreWarning", "load_records", "best_run", "score",
-           "write_report"]
+__all__ = ["SCHEMA", "REPORT_SCHEMA", "ScoreWarning", "load_records", "load_runs", "best_run",
+           "score", "write_report"]
 
 REPORT_SCHEMA = "recallbench.report/1"
 VIEWS = {"best": "best of seeds", "mean": "mean over seeds"}
@@ -294,39 +294,12 @@ def _mark_unconverged(cell: dict, runs: list[Mapping], included: bool = False) -
     return cell
 
 
-def _unique_runs(records: list[Mapping], warn) -> list[Mapping]:
-    """One record per config hash (the last one wins); records without a config dropped."""
-    seen: dict[str, int] = {}
-    unique: list[Mapping] = []
-    for rec in records:
-        if "config" not in rec:
-            warn(f"skipping a record without a config (seed {rec.get('seed')!r})")
-            continue
-        h = rec.get("config_hash") or config_hash(rec["config"])
-        if h in seen:
-            warn(f"run {h[:12]} appears more than once; keeping the last record")
-            unique[seen[h]] = rec
-        else:
-            seen[h] = len(unique)
-            unique.append(rec)
-    return unique
-
-
-def _groups(unique: list[Mapping]) -> dict[str, dict]:
-    """Records by group key, then by cell, split into usable (ok) and failed runs."""
-    groups: dict[str, dict] = {}
-    for rec in unique:
-        mk, tk = model_key(rec), task_key(rec)
-        gkey = canonical_json({"model": mk, "task": tk})
-        g = groups.setdefault(gkey, {"model": mk, "task": tk, "cells": {}})
-        if rec.get("correct") is None and rec.get("accuracy") is not None and rec.get("total"):
-            rec = {**rec, "correct": int(round(rec["accuracy"] * rec["total"]))}
-        cfg = rec["config"]
-        ck = canonical_json({"task": cfg.get("task"), "model": cfg.get("model")})
-        cell = g["cells"].setdefault(ck, {"ok": [], "failed": []})
-        usable = rec.get("status") == "ok" and rec.get("total")
-        (cell["ok"] if usable else cell["failed"]).append(rec)
-    return groups
+def load_runs(paths: Iterable[str | Path] | str | Path) -> list[dict]:
+    """What :func:`score` reads of the records :func:`load_records` reads (same order,
+    warnings and errors), each read line by line and cut to the fields the scorer uses,
+    configs shared per cell (:class:`recallbench.law.cells.Slimmer`): the CLI's path, so a
+    million records fit in memory.  ``score(load_runs(p))`` is ``score(load_records(p))``."""
+    return list(iter_records(paths, keep=Slimmer()))
 
 
 def _impossible(groups: list[dict], warn) -> list[dict]:
@@ -368,8 +341,8 @@ def score(records: Iterable[Mapping], *, collapse: bool | str = "auto", form: st
         report_warnings.append(msg)
         warnings.warn(msg, ScoreWarning, stacklevel=3)
 
-    unique = _unique_runs(records, warn)
-    groups = _groups(unique)
+    unique = unique_runs(records, warn)
+    groups = group_records(unique)
     out_groups = []
     labels = [group_label(g["model"], g["task"]) for g in groups.values()]
     for (gkey, g), label in zip(groups.items(), labels):

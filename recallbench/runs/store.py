@@ -29,7 +29,7 @@ import re
 import stat
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from recallbench.api.errors import ConfigError
 
@@ -151,27 +151,44 @@ class _Notes:
             self.warn(f"{self.path}: {self.count - MAX_NOTES} more lines ignored")
 
 
+def iter_lines(path: Path, warn: Callable[[str], None] = _default_warn,
+               torn: list[int] | None = None) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of every line of a JSON-lines file that parses, read one line at
+    a time (a large file is never held whole); a torn line (not UTF-8, or not JSON) is
+    skipped, its number added to ``torn`` and reported through ``warn`` (at most
+    :data:`MAX_NOTES` of them, then a count, once the file is read)."""
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path} ({exc.strerror})") from None
+    notes = _Notes(path, warn)
+    with fh:
+        number = 0
+        try:
+            for number, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    value = json.loads(line.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                    if torn is not None:
+                        torn.append(number)
+                    notes.add(number, "ignoring a torn line (an unfinished record from an "
+                                      "interrupted write)")
+                    continue
+                yield number, value
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path} ({exc.strerror})") from None
+    notes.close()
+
+
 def scan_lines(path: Path, warn: Callable[[str], None] = _default_warn
                ) -> tuple[list[tuple[int, Any]], list[int]]:
     """(line number, value) of every line of a JSON-lines file that parses, and the numbers
     of the torn lines (not UTF-8, or not JSON) it skipped, each reported through ``warn``
-    (at most :data:`MAX_NOTES` of them, then a count)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path} ({exc.strerror})") from None
-    items, torn = [], []
-    notes = _Notes(path, warn)
-    for number, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            items.append((number, json.loads(line.decode("utf-8"))))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            torn.append(number)
-            notes.add(number, "ignoring a torn line (an unfinished record from an interrupted "
-                              "write)")
-    notes.close()
+    (at most :data:`MAX_NOTES` of them, then a count): :func:`iter_lines` as lists."""
+    torn: list[int] = []
+    items = list(iter_lines(path, warn, torn))
     return items, torn
 
 
