@@ -72,7 +72,7 @@ def _cells_table(card: Mapping) -> list[str]:
         rows.append("| " + " | ".join([
             str(c["num_facts"]), str(c.get("seq_len")), str(c.get("vocab_size")), acc,
             num(c.get("guess")), "yes" if c.get("recall") else "NO",
-            num(c.get("steps")), "yes" if c.get("converged") else "no (cap: a lower bound)",
+            "–" if c.get("steps") is None else str(int(c["steps"])), "yes" if c.get("converged") else "no (cap: a lower bound)",
             str(c.get("extended") or 0), num(c.get("lr")),
             f"{c['seeds']} ({c.get('optimisation_failures', 0)})"]) + " |")
     return rows
