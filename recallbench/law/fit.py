@@ -338,11 +338,38 @@ def fit_effective_state(correct, total, d_model, num_facts, vocab_size, family: 
         return _nll(k, n, np.log(f + (1.0 - f) * p), np.log1p(-f) + np.log(q))
 
     def _best_share(p, q):
-        """min over φ ∈ [0, 1] of the nll at fixed law read-outs (p, q): convex in φ."""
-        ends = [(0.0, _share_nll(0.0, p, q)), (1.0, _share_nll(1.0, p, q))]
-        res = optimize.minimize_scalar(lambda t: _share_nll(t, p, q), bounds=(0.0, 1.0),
-                                       method="bounded", options={"xatol": 1e-7})
-        return min(ends + [(float(res.x), float(res.fun))], key=lambda t: t[1])
+        """min over φ ∈ [0, 1] of the nll at fixed law read-outs (p, q).  The nll is convex
+        in φ (minus a sum of logs of affine functions), so its minimum is an end where the
+        slope points out, else the root of the slope: safeguarded Newton in a bracket."""
+        u = g * (1.0 - p)  # d/dφ of the accuracy φ·g + (1 − φ·g)·p
+
+        def slope(t):
+            return float(-np.sum(k * u / (p + t * u) - (n - k) * g / (1.0 - t * g)))
+
+        def curve(t):
+            return float(np.sum(k * u * u / (p + t * u) ** 2
+                                + (n - k) * g * g / (1.0 - t * g) ** 2))
+
+        if slope(0.0) >= 0:
+            t = 0.0
+        elif slope(1.0) <= 0:
+            t = 1.0
+        else:
+            lo_t, hi_t, t = 0.0, 1.0, 0.5
+            for _ in range(60):
+                d = slope(t)
+                if d > 0:
+                    hi_t = t
+                else:
+                    lo_t = t
+                c = curve(t)
+                step = t - d / c if c > 0 else 0.5 * (lo_t + hi_t)
+                new = step if lo_t < step < hi_t else 0.5 * (lo_t + hi_t)
+                if abs(new - t) < 1e-13:
+                    t = new
+                    break
+                t = new
+        return t, _share_nll(t, p, q)
 
     guessing = bool(np.any(g > 0))
     lo, hi = LOG_THETA_BOUNDS
