@@ -129,3 +129,12 @@ def one_line_error(rc: int, err: str, *names: str) -> None:
     assert err.count("\n") == 1 and err.startswith("recallbench: error: "), err
     for name in names:
         assert name in err, err
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

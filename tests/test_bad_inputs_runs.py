@@ -13,6 +13,8 @@ import sys
 import time
 
 import pytest
+
+from conftest import process_alive
 import yaml
 
 from recallbench.api.canonical import config_hash
@@ -228,14 +230,6 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _start_sweep(tmp_path):
     path = sweep_file(tmp_path, {"base": {**BASE, "model": {"adapter": "linear-mamba",
                                                             "d_model": 8, "d_state": 4},
@@ -273,7 +267,7 @@ def test_no_worker_outlives_its_driver_and_resume_completes(cli, tmp_path, signu
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and any(map(_alive, workers)):
             time.sleep(0.05)
-        assert not [w for w in workers if _alive(w)], "a worker outlived its driver"
+        assert not [w for w in workers if process_alive(w)], "a worker outlived its driver"
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -8,6 +8,8 @@ import signal
 import time
 
 import pytest
+
+from conftest import process_alive
 import yaml
 
 from recallbench.api.config import resolve
@@ -33,14 +35,6 @@ def stop_self_on_seed_1(cfg, progress=False):
 
     rec = failed_record(cfg, "not trained")  # a valid record of this config
     return {**rec, "status": "ok", "correct": 1, "total": 2, "accuracy": 0.5}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _cmdline(pid: int) -> bytes:
@@ -160,5 +154,5 @@ def test_a_hung_worker_is_killed_its_point_retried_once_then_failed(tmp_path):
     assert said == ["a worker had not reported within 1.5 s: killed and replaced; "
                     "the point runs once more"]
     assert len(pids) >= 3  # the two first workers, and at least the replacement
-    assert not [p for p in pids if _alive(p)], "a worker outlived close()"
+    assert not [p for p in pids if process_alive(p)], "a worker outlived close()"
     assert took < 120, f"took {took:.0f} s"
