@@ -265,7 +265,7 @@ def test_no_worker_outlives_its_driver_and_resume_completes(cli, tmp_path, signu
         out, err = proc.communicate(timeout=30)
         stopped = time.monotonic() - sent
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and any(map(_alive, workers)):
+        while time.monotonic() < deadline and any(map(process_alive, workers)):
             time.sleep(0.05)
         assert not [w for w in workers if process_alive(w)], "a worker outlived its driver"
     finally:
