@@ -110,14 +110,14 @@ def base_config(args) -> dict:
     raw = {"task": {"name": "mqar", "vocab_size": args.vocab_size, "num_facts": 2,
                     "seq_len": 8},
            "model": model, "train": dict(TRAIN)}
-    raw = apply_overrides(raw, args.set)
-    from recallbench.api.registry import ADAPTERS
-
-    if not getattr(ADAPTERS.require(model["adapter"]), "trainable", True):
-        raw["train"]["lr"] = 0.01  # nothing to train: no learning rate to search
     if any(k.split("=", 1)[0].strip().startswith("task.") for s in args.set for k in s.split()):
         raise ConfigError("--set task.* is not allowed: the card chooses N_f and L; set V "
                           "with --vocab-size")
+    raw = apply_overrides(raw, args.set)
+    from recallbench.api.registry import ADAPTERS
+
+    if not getattr(ADAPTERS.require(raw["model"]["adapter"]), "trainable", True):
+        raw["train"]["lr"] = 0.01  # nothing to train: no learning rate to search
     return resolve(raw).to_dict()
 
 

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping
 
 from recallbench.api.canonical import plain
 from recallbench.law import declared, fit, guess, theory
-from recallbench.law.cells import best_run
+from recallbench.law.cells import best_run, unconverged
 
 CARD_SCHEMA = "recallbench.card/1"
 MIN_MID = 3  # converged cells strictly between the guess level and the ceiling
@@ -39,31 +39,27 @@ def _acc(r: Mapping) -> float:
     return r["correct"] / r["total"] if r.get("total") else 0.0
 
 
-def _unconverged(r: Mapping) -> bool:
-    return "stop_reason" in r and r.get("converged") is False
-
-
 def cell_entry(runs: list[Mapping], level: float = 0.95) -> dict:
     """One N_f: best of seeds, its interval and guess, the seeds' recall and failures."""
     ok = [r for r in runs if r.get("status") == "ok" and r.get("total")]
     first = (ok or runs)[0]
     task = first["config"]["task"]
-    g, per_seq = guess.task_facts(task) or (None, 1)
+    facts = guess.task_facts(task)
+    g = facts[0] if facts else None
     cell: dict[str, Any] = {"num_facts": task["num_facts"], "seq_len": task.get("seq_len"),
                             "vocab_size": task["vocab_size"], "guess": g,
                             "seeds": len(runs), "failed_runs": len(runs) - len(ok)}
     if not ok:
         return {**cell, "accuracy": None, "recall": False, "converged": False}
     best = best_run(ok)
-    units = guess.units(best["total"], per_seq)
-    recall, lower = (guess.recall_test(best["correct"], best["total"], units, g, level, len(ok))
-                     if g is not None else (True, None))
-    seed_recall = [guess.recall_test(r["correct"], r["total"], guess.units(r["total"], per_seq),
-                                     g, level)[0] if g is not None else True for r in ok]
+    recall, lower, units = (guess.judge(best["correct"], best["total"], facts, level, len(ok))
+                            if facts else (True, None, best["total"]))
+    seed_recall = [guess.judge(r["correct"], r["total"], facts, level)[0] if facts else True
+                   for r in ok]
     failures = sum(not s for s in seed_recall) if any(seed_recall) else 0
     lo, hi = fit.binomial_interval(best["correct"], best["total"], level)
     acc = _acc(best)
-    converged = not _unconverged(best)
+    converged = not unconverged(best)
     return {**cell, "accuracy": acc, "ci": [float(lo), float(hi)], "correct": best["correct"],
             "total": best["total"], "units": units, "recall": recall, "recall_lower": lower,
             "converged": converged, "stop_reason": best.get("stop_reason"),

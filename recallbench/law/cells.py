@@ -122,6 +122,12 @@ def group_records(unique: list[Mapping]) -> dict[str, dict]:
     return groups
 
 
+def unconverged(rec: Mapping) -> bool:
+    """A run cut by max_steps while still improving (a record that judged its convergence,
+    i.e. holds ``stop_reason``, with ``converged`` false)."""
+    return "stop_reason" in rec and rec.get("converged") is False
+
+
 def _variant_key(record: Mapping) -> dict:
     t = record.get("config", {}).get("train", {})
     return {k: v for k, v in sorted(t.items()) if k not in RUNTIME_TRAIN_KEYS}
@@ -256,14 +262,11 @@ def mark_guess(cell: dict, runs: list[Mapping], level: float) -> dict:
     if facts is None:  # a task not registered here: its guess level is unknown
         cell["guess_level"] = None
         return cell
-    g, per_sequence = facts
-    cell["guess_level"] = g
+    g = cell["guess_level"] = facts[0]
     for view, draws in (("best", len(runs)), ("mean", 1)):
         v = cell[view]
-        u = guess.units(v["total"], per_sequence)
-        v["units"] = u
-        v["recall"], v["recall_lower"] = guess.recall_test(v["correct"], v["total"], u, g,
-                                                           level, draws)
+        recall, lower, v["units"] = guess.judge(v["correct"], v["total"], facts, level, draws)
+        v["recall"], v["recall_lower"] = recall, lower
     if not cell["best"]["recall"]:
         cell["flags"].append(f"NO RECALL: not above the guess level {g:.4g} at "
                              f"{level:.0%} (adds nothing to S_eff)")

@@ -357,13 +357,13 @@ def fit_effective_state(correct, total, d_model, num_facts, vocab_size, family: 
         else:
             lo_t, hi_t, t = 0.0, 1.0, 0.5
             for _ in range(60):
-                d = slope(t)
-                if d > 0:
+                s = slope(t)
+                if s > 0:
                     hi_t = t
                 else:
                     lo_t = t
                 c = curve(t)
-                step = t - d / c if c > 0 else 0.5 * (lo_t + hi_t)
+                step = t - s / c if c > 0 else 0.5 * (lo_t + hi_t)
                 new = step if lo_t < step < hi_t else 0.5 * (lo_t + hi_t)
                 if abs(new - t) < 1e-13:
                     t = new

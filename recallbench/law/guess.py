@@ -80,6 +80,14 @@ def recall_test(correct, total, units, guess, level: float = 0.95, draws: int = 
     return bool(lower > guess), lower
 
 
+def judge(correct, total, facts: tuple[float, int], level: float = 0.95, draws: int = 1):
+    """(recall, lower, units) of ``correct`` of ``total`` queries of a task whose
+    :func:`task_facts` are ``facts``: :func:`recall_test` on its :func:`units`."""
+    g, per_sequence = facts
+    u = units(total, per_sequence)
+    return (*recall_test(correct, total, u, g, level, draws), u)
+
+
 def no_recall_bound(correct, total, units, guess, d_model, num_facts, vocab_size,
                     family: str = "mqar", scale=1.0, form: str = "eq19",
                     level: float = 0.95) -> float:

@@ -63,7 +63,7 @@ import numpy as np
 from recallbench.api.canonical import plain
 from recallbench.law import declared, extended, fit, guess, theory
 from recallbench.law.cells import (Slimmer, best_run, cell_summary, group_label,
-                                   group_records, mark_guess, unique_runs)
+                                   group_records, mark_guess, unconverged, unique_runs)
 from recallbench.law.records import SCHEMA, ScoreWarning, iter_records, load_records
 
 __all__ = ["SCHEMA", "REPORT_SCHEMA", "ScoreWarning", "load_records", "load_runs", "best_run",
@@ -272,12 +272,6 @@ def _score_group(gid: str, model: dict, task: dict, cells: list[dict], collapse:
     for c in ok:
         c["theory"] = _predictions(c, group["paper_a"], best_fit)
     return group
-
-
-def unconverged(rec: Mapping) -> bool:
-    """A run cut by max_steps while still improving (a record that judged its convergence,
-    i.e. holds ``stop_reason``, with ``converged`` false)."""
-    return "stop_reason" in rec and rec.get("converged") is False
 
 
 def _mark_unconverged(cell: dict, runs: list[Mapping], included: bool = False) -> dict:

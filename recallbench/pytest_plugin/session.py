@@ -88,8 +88,8 @@ def _effective_state(record: dict) -> tuple[float | None, tuple | None, str | No
         facts = guess.task_facts(task)
         g = facts[0] if facts else 0.0
         if facts is not None:
-            units = guess.units(record["total"], facts[1])
-            if not guess.recall_test(record["correct"], record["total"], units, g)[0]:
+            recall, _, units = guess.judge(record["correct"], record["total"], facts)
+            if not recall:
                 hi = guess.no_recall_bound(record["correct"], record["total"], units, g,
                                            d_model, task["num_facts"], task["vocab_size"],
                                            family=family) * 2.0 * d_model

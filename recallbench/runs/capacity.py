@@ -30,7 +30,6 @@ import copy
 import dataclasses
 import math
 import time
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -115,7 +114,7 @@ class Result:
 
 def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s: float = 3600.0,
             run_cell: Callable[[list[dict]], list[dict]], done: Mapping[str, dict] | None = None,
-            first_facts: int | None = None, max_cells: int = MAX_CELLS, delta: float = 0.01,
+            max_cells: int = MAX_CELLS, delta: float = 0.01,
             say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic
             ) -> Result:
     """Run the search (module doc).  ``run_cell(configs) -> records`` trains one cell's
@@ -129,7 +128,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
     start = clock()
     longest = (0, 0.0)  # (L, seconds) of the trained cell with the longest L
     card: dict = {"cells": []}
-    nf = first_facts or _first_facts(d, n_eff0, vocab)
+    nf = _first_facts(d, n_eff0, vocab)
     for i in range(max_cells):
         if nf is None:
             break
@@ -183,11 +182,11 @@ def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float
     (in this process when 1), every record appended to ``store`` as it finishes, and the
     store's records reused on a rerun."""
     from recallbench.runs.executors import make_executor
-    from recallbench.runs.store import Store, read_store
+    from recallbench.runs.store import Store
 
     store = Store(store)
-    done = {h: r for h, r in read_store(store.path).by_hash.items()
-            if r.get("status") == "ok"} if Path(store.path).is_dir() else {}
+    done = {h: r for h, r in store.read().by_hash.items()
+            if r.get("status") == "ok"} if store.path.is_dir() else {}
     executor = make_executor("processes" if workers > 1 else "inprocess", workers=workers,
                              threads=1 if workers > 1 else None)
     try:
