@@ -119,7 +119,7 @@ def _disk_full(monkeypatch):
     def full(fd, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(store, "_write_all", full)
+    monkeypatch.setattr(store, "write_all", full)
 
 
 def test_a_full_disk_stops_the_sweep_with_the_record_saved_and_the_merge_command(

@@ -45,11 +45,16 @@ def write_regular(path: str | Path, text: str) -> None:
             raise OSError(errno.EINVAL, f"it is {special_kind(path) or 'not a regular file'}")
         os.set_blocking(fd, True)
         os.ftruncate(fd, 0)
-        data = memoryview(text.encode("utf-8"))
-        while data:
-            data = data[os.write(fd, data):]
+        write_all(fd, text.encode("utf-8"))
     finally:
         os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (``os.write`` may write less than it is given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def write_aside(text: str, prefix: str, suffix: str,

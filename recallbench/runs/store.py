@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from recallbench.api.errors import ConfigError
+from recallbench.runs.safe_files import special_kind, write_aside, write_all
 
 RESULTS = "results.jsonl"
 SHARD_RE = re.compile(r"^results\.shard-(\d+)-of-(\d+)\.jsonl$")
@@ -54,8 +55,6 @@ class StoreWriteError(ConfigError):
 
     def set_aside(self, more: list[dict]) -> None:
         """Save ``more`` records with those already set aside, in one new file."""
-        from recallbench.runs.safe_files import write_aside
-
         if not more:
             return
         self.records += list(more)
@@ -118,8 +117,6 @@ def store_files(path: str | Path) -> list[Path]:
 def _check_regular(path: Path) -> None:
     """ConfigError when a store's record file exists but is a FIFO, a socket or a device
     (reading or appending would block or lose what is written); a folder is one too."""
-    from recallbench.runs.safe_files import special_kind
-
     kind = special_kind(path) or ("a folder" if path.is_dir() else None)
     if kind is not None:
         raise ConfigError(f"--store {path.parent}: {path.name} is {kind}, not a regular "
@@ -259,8 +256,6 @@ def _store_lines(path: Path, warn: Callable[[str], None]
     elif path.is_file():
         files = [path]
     elif path.exists():
-        from recallbench.runs.safe_files import special_kind
-
         raise ConfigError(f"--store {path} is {special_kind(path) or 'not a regular file'}: "
                           "expected a store directory (or a .jsonl file)")
     else:
@@ -325,8 +320,6 @@ class Store:
         if self._fd is not None:
             return self
         if self.path.exists() and not self.path.is_dir():
-            from recallbench.runs.safe_files import special_kind
-
             kind = special_kind(self.path)
             raise ConfigError(f"--store {self.path} exists and is not a directory"
                               + (f" (it is {kind})" if kind else ""))
@@ -360,7 +353,7 @@ class Store:
     def _ensure_fresh_line(self) -> None:
         size = os.fstat(self._fd).st_size
         if size and os.pread(self._fd, 1, size - 1) != b"\n":
-            _write_all(self._fd, b"\n")  # a torn tail stays on its own line, reported on read
+            write_all(self._fd, b"\n")  # a torn tail stays on its own line, reported on read
 
     def append(self, record: dict[str, Any]) -> None:
         """Append one record as a line, and make it durable before returning.
@@ -372,7 +365,7 @@ class Store:
             if not self._fresh_line_checked:
                 self._ensure_fresh_line()
                 self._fresh_line_checked = True
-            _write_all(self._fd, _line(record).encode("utf-8"))
+            write_all(self._fd, _line(record).encode("utf-8"))
             os.fsync(self._fd)
         except OSError as exc:
             raise StoreWriteError(self, exc.strerror or type(exc).__name__, [record]) from None
@@ -388,13 +381,6 @@ class Store:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
 
 
 def _fsync_dir(path: Path) -> None:
