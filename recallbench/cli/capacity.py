@@ -16,10 +16,8 @@ from pathlib import Path
 
 from recallbench.api.errors import ConfigError
 
-#: the protocol every card trains with (``--set`` changes it; the card records it)
-TRAIN = {"lr": [0.003, 0.01, 0.03], "max_steps": 2000, "max_steps_limit": 8000,
-         "patience": 10, "batch_size": 32, "val_every": 50, "early_stop": 0.999,
-         "val_size": 512, "test_size": 1024}
+from recallbench.runs.capacity import TRAIN  # the protocol every card trains with
+
 EXPECTED_CELLS = (3, 6)  # a measured card usually takes this many cells
 
 
@@ -114,10 +112,9 @@ def base_config(args) -> dict:
         raise ConfigError("--set task.* is not allowed: the card chooses N_f and L; set V "
                           "with --vocab-size")
     raw = apply_overrides(raw, args.set)
-    from recallbench.api.registry import ADAPTERS
+    from recallbench.runs.capacity import protocol_lr
 
-    if not getattr(ADAPTERS.require(raw["model"]["adapter"]), "trainable", True):
-        raw["train"]["lr"] = 0.01  # nothing to train: no learning rate to search
+    raw["train"]["lr"] = protocol_lr(raw["model"]["adapter"], raw["train"]["lr"])
     return resolve(raw).to_dict()
 
 

@@ -92,7 +92,9 @@ def _check_run_settings(suite, adapter: str, extra: dict) -> None:
     from recallbench.leaderboard.checks import short
 
     try:
-        resolve(suite.point_config(adapter, suite.points()[0], extra))
+        first = (suite.points() or [{"budget": suite.budgets[0]["name"], "num_facts": 2,
+                                     "seed": suite.seeds[0]}])[0]
+        resolve(suite.point_config(adapter, first, extra))
     except ConfigError:
         raise
     except (ValueError, TypeError, OverflowError) as exc:
@@ -145,6 +147,8 @@ def _run(args) -> int:
 
     _check_run_flags(args)
     suite, extra = _suite_to_run(args)
+    if suite.is_capacity:
+        return _run_capacity(args, suite, extra)
     if args.dry_run:
         workers = args.workers or ((os.cpu_count() or 1) if args.executor == "processes" else 1)
         lb.plan(suite, args.adapter, args.store, model_extra=extra, workers=workers)
@@ -168,6 +172,36 @@ def _run(args) -> int:
     print(f"done: {counts['ran']} ran, {counts['failed']} failed, {counts['skipped']} skipped "
           f"(store {args.store}){left}")
     return 1 if counts["failed"] else 0
+
+
+def _run_capacity(args, suite, extra) -> int:
+    """A capacity suite: each budget's search (``capacity_suite.run_capacity_suite``)."""
+    import sys
+
+    from recallbench.leaderboard.capacity_suite import run_capacity_suite
+    from recallbench.runs.interrupt import Terminated, sigterm_unwinds, stopped
+
+    if args.dry_run or args.limit is not None or args.time_budget is not None:
+        flag = "--dry-run" if args.dry_run else "--limit" if args.limit is not None \
+            else "--time-budget"
+        raise ConfigError(f"{flag} is not for a capacity suite ({suite.name}): its search "
+                          "has its own time budget per budget (suite.yaml capacity."
+                          "time_budget_min); `recallbench capacity --dry-run` gives the ETA")
+    workers = args.workers or 1
+    if not 1 <= workers <= (os.cpu_count() or 1):
+        raise ConfigError(f"--workers {workers} is not allowed: must be in "
+                          f"[1, {os.cpu_count() or 1}]")
+    try:
+        with sigterm_unwinds():
+            cards = run_capacity_suite(suite, args.adapter, args.store, model_extra=extra,
+                                       workers=workers, log=lambda m: print(m, flush=True))
+    except (KeyboardInterrupt, Terminated) as exc:
+        line, status = stopped(exc, args.store)
+        print(line, file=sys.stderr, flush=True)
+        return status
+    print("done: " + "; ".join(f"{k} {v['status']}" for k, v in cards.items())
+          + f" (store {args.store}; `recallbench submit` writes the submission)")
+    return 0
 
 
 def _validate(args) -> int:

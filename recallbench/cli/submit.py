@@ -87,6 +87,12 @@ def command(args) -> int:
     except OSError as exc:
         raise ConfigError(f"--out {out}: cannot write ({exc.strerror})") from None
     for b in sub["budgets"]:
+        if "card" in b:  # a capacity suite: the card's headline
+            from recallbench.law.card_render import headline
+
+            print(f"{sub['model']['name']} budget {b['name']}: "
+                  f"{headline({**b['card'], 'model': b['config']['model']})}")
+            continue
         sc = (b.get("score") or {}).get("mean") or {}
         acc = lb.acc_by_nf(b)
         print(f"{sub['model']['name']} ({sub['model']['adapter']}) budget {b['name']}: state "

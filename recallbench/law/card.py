@@ -119,9 +119,13 @@ def _capacities(d: int, n_eff: float, ci, vocab: int, family: str, delta: float,
                     "p": 1 - dl}
     rep = fit.capacity_report(d, n_eff, vocab, family, state, bits, delta, form)
     kbits = state * bits / 1000.0 if state else None
-    c = out["p1_delta"]
+    c, h = out["p1_delta"], out["p50"]
     out["per_kbit"] = ({"value": c["value"] / kbits, "ci": [x / kbits for x in c["ci"]]}
                        if kbits else None)
+    # N_f* at p = 0.5 per kbit: what a board ranks by (N_f*(δ) is 0 for a small state
+    # that never reaches 1 − δ, so it cannot order those)
+    out["p50_per_kbit"] = ({"value": h["value"] / kbits, "ci": [x / kbits for x in h["ci"]]}
+                           if kbits else None)
     out["fano_min_bits"] = rep.fano_min_bits
     out["fano_ratio"] = rep.bits_ratio
     return out

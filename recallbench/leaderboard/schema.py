@@ -74,7 +74,8 @@ BUDGET = {"state_note": OPT_TEXT, "params": OPT_COUNT,
           "state_bits": (lambda x: is_int(x) and 1 <= x <= 64, "an integer in [1, 64]"),
           "config": (lambda x: isinstance(x, dict), "a mapping"),
           "points": (lambda x: isinstance(x, list), "a list"),
-          "score": (lambda x: isinstance(x, dict), "a mapping")}
+          "score": (lambda x: isinstance(x, dict), "a mapping"),
+          "card": (lambda x: isinstance(x, dict), "a mapping")}
 POINT = {"num_facts": (lambda x: is_count(x, 1), "a positive integer"),
          "lr": (lambda x: is_num(x) and x > 0, "a finite number > 0"),
          "seed": (lambda x: is_int(x) and 0 <= x < 2 ** 32, "an integer in [0, 2**32)"),
@@ -87,7 +88,8 @@ POINT = {"num_facts": (lambda x: is_count(x, 1), "a positive integer"),
          "converged": (_opt(lambda x: isinstance(x, bool)), "null, true or false"),
          "stop_reason": (_opt(lambda x: isinstance(x, str) and x in STOP_REASONS),
                          f"null or one of {', '.join(STOP_REASONS)}"),
-         "train_s": OPT_SECONDS, "wall_s": OPT_SECONDS}
+         "train_s": OPT_SECONDS, "wall_s": OPT_SECONDS, "cpu_s": OPT_SECONDS,
+         "extended": OPT_COUNT}
 SCORE_VALUE = (_opt(is_num), "null or a finite number")
 SCORE_CI = (lambda x: isinstance(x, list) and len(x) == 2 and all(SCORE_VALUE[0](v) for v in x),
             "a list of two numbers or nulls")

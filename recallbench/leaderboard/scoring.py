@@ -50,7 +50,9 @@ def point_records(submission: Mapping) -> list[dict]:
                         "converged": p.get("converged"), "steps": p.get("steps"),
                         "state_size": b["state_size"], "state_bits": b["state_bits"],
                         "info_bits": p["info_bits"], "seed": p["seed"], "config": cfg,
-                        "config_hash": p["config_hash"],
+                        "config_hash": p["config_hash"], "lr": p.get("lr"),
+                        "extended": p.get("extended"), "cpu_s": p.get("cpu_s"),
+                        "wall_s": p.get("wall_s"),
                         # the scorer judges convergence only where the run did (stop_reason)
                         **({"stop_reason": p["stop_reason"]} if p.get("stop_reason") else {})})
     return out

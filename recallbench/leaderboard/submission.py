@@ -146,7 +146,9 @@ def _point_entry(p: Mapping, r: Mapping, base: Mapping) -> dict:
              "steps": r.get("steps"), "best_step": r.get("best_step"),
              "converged": bool(r.get("converged")), "stop_reason": r.get("stop_reason"),
              "steps_to": r.get("steps_to"), "lr_search": r.get("lr_search"),
-             "train_s": r.get("train_s"), "wall_s": r.get("wall_s")}
+             "train_s": r.get("train_s"), "wall_s": r.get("wall_s"),
+             **({"extended": int(r.get("extended") or 0)} if "extended" in r else {}),
+             **({"cpu_s": r["cpu_s"]} if r.get("cpu_s") is not None else {})}
     check_fields(entry, POINT, rw)
     check_protocol_fields(entry, rw)
     check_point_protocol(entry, r["config"]["train"].get("lr"), rw)
@@ -171,7 +173,12 @@ def _budget_entry(b: Mapping, pts: list[tuple[Mapping, Mapping]]) -> dict:
 
 
 def _add_scores(sub: dict, suite: Suite) -> None:
-    """Score the submission's counts: per-budget scores, settings, impossible points."""
+    """Score the submission's counts: per-budget scores, settings, impossible points (a
+    capacity suite's budgets carry their cards instead of scores)."""
+    if suite.is_capacity:
+        sub["scoring"] = scoring_entry(suite)
+        sub["impossible"] = []  # validate checks each point against the Fano bound
+        return
     report = score_records(point_records(sub), suite)
     for bsub in sub["budgets"]:
         bsub["score"] = rounded(budget_scores(report, bsub["config"]["model"]))
@@ -204,11 +211,23 @@ def build_submission(suite: Suite, records: Iterable[Mapping], model_name: str, 
                      url: str | None = None) -> dict:
     """A submission dict from result records that fill the suite's grid for one adapter."""
     check_name(model_name, "--model-name")
-    adapter, matched = match_points(suite, records, adapter)
-    chosen = [matched[suite.key(p)] for p in suite.points()]
+    if suite.is_capacity:
+        from recallbench.leaderboard.capacity_suite import capacity_points
+
+        records = [r for r in records if isinstance(r, dict) and _usable(r)]
+        adapter = adapter or _single_adapter(records)
+        records = [r for r in records if r["config"]["model"].get("adapter") == adapter]
+        for r in records:
+            _check_record(r)
+        found = capacity_points(suite, records, adapter)
+        chosen = [r for _, pairs, _ in found for _, r in pairs]
+        budgets = [{**_budget_entry(b, pairs), "card": card} for b, pairs, card in found]
+    else:
+        adapter, matched = match_points(suite, records, adapter)
+        chosen = [matched[suite.key(p)] for p in suite.points()]
+        budgets = [_budget_entry(b, [(p, matched[suite.key(p)]) for p in suite.points()
+                                     if p["budget"] == b["name"]]) for b in suite.budgets]
     versions = dict(chosen[0].get("versions") or {})
-    budgets = [_budget_entry(b, [(p, matched[suite.key(p)]) for p in suite.points()
-                                 if p["budget"] == b["name"]]) for b in suite.budgets]
     model_cfg = shared_model_config(budgets[0]["config"]["model"])
     sub: dict[str, Any] = {
         "schema": SUBMISSION_SCHEMA,

@@ -22,6 +22,15 @@ A suite (``leaderboards/<suite>/suite.yaml``, schema ``recallbench.suite/1``)::
                                          # (guess: judge cells against the guess level;
                                          # false when absent, the scoring of older suites)
     retired: "superseded by ..."        # optional: no new runs or submissions
+    capacity: {max_cells: 12, time_budget_min: 20}  # a capacity suite (below)
+
+A **capacity suite** (``capacity`` set; no ``num_facts``) measures each (adapter, budget) by
+``recallbench capacity``'s search (:mod:`recallbench.runs.capacity`): MQAR at the suite's V,
+L = 4·N_f (``seq_len_per_fact: 4``), the N_f the search places, every seed, until the card
+is measured or ``max_cells`` / ``time_budget_min`` (wall minutes per budget) stop it.  A
+point is (budget, N_f, seed) with N_f from 2 to V/2 − 1; a submission's budget carries the
+capacity card (``law.card``) built from its points, which validation rebuilds.  An adapter
+that trains nothing (``trainable = False``) runs at lr 0.01 instead of the searched list.
 
 The learning rate comes in one of two ways:
 
@@ -60,8 +69,10 @@ SUITE_FILE = "suite.yaml"
 SUBMISSIONS_DIR = "submissions"
 SUITE_KEYS = {"schema", "name", "title", "description", "task", "num_facts", "budgets", "adapters",
               "train", "lr", "seeds", "device", "threads", "tolerance", "scoring", "retired",
-              "seq_len_per_fact"}
-RECIPE_KEYS = ("task", "num_facts", "budgets", "adapters", "train", "lr", "seeds", "seq_len_per_fact")
+              "seq_len_per_fact", "capacity"}
+RECIPE_KEYS = ("task", "num_facts", "budgets", "adapters", "train", "lr", "seeds", "seq_len_per_fact",
+               "capacity")
+CAPACITY_KEYS = {"max_cells": (1, 64), "time_budget_min": (0.1, 7 * 24 * 60)}
 SUITE_BUDGET_KEYS = {"name", "model", "adapters", "description"}
 
 
@@ -80,7 +91,24 @@ class Suite:
 
     @property
     def num_facts(self) -> list[int]:
-        return list(self.data["num_facts"])
+        """The grid's N_f (a capacity suite has none: its search places them)."""
+        return list(self.data.get("num_facts") or [])
+
+    @property
+    def is_capacity(self) -> bool:
+        """A capacity suite: cards from ``recallbench capacity``'s search, no fixed grid."""
+        return self.data.get("capacity") is not None
+
+    @property
+    def capacity(self) -> dict:
+        """A capacity suite's search settings: max_cells, time_budget_min."""
+        return {"max_cells": 12, "time_budget_min": 60.0, **(self.data.get("capacity") or {})}
+
+    def facts_range(self) -> tuple[int, int]:
+        """The N_f a capacity suite's points may take: 2 to V/2 − 1 (the keys of V)."""
+        from recallbench.runs.capacity import MIN_FACTS
+
+        return MIN_FACTS, int(self.data["task"]["vocab_size"]) // 2 - 1
 
     @property
     def searches_lr(self) -> bool:
@@ -133,13 +161,14 @@ class Suite:
         the others' submissions); validation checks them point by point instead.
         """
         recipe = {k: self.data.get(k) for k in RECIPE_KEYS if k != "adapters"
-                  and (k in self.data or k != "seq_len_per_fact")}  # absent: older hashes stay
+                  and (k in self.data or k not in ("seq_len_per_fact", "capacity"))}
+        # (keys added later are hashed only when present: older suites' hashes stay)
         recipe["budgets"] = [{"name": b["name"], "model": b["model"]} for b in self.budgets]
         return sha256_of(recipe)
 
     def points(self) -> list[dict]:
         """The grid: one dict per (budget, N_f, seed), with ``lr`` for a top-level lr grid,
-        in a fixed order."""
+        in a fixed order (empty for a capacity suite: the search places its points)."""
         lrs = [{}] if self.searches_lr else [{"lr": lr} for lr in self.lrs]
         return [{"budget": b["name"], "num_facts": nf, **lr, "seed": seed}
                 for b in self.budgets for nf in self.num_facts for lr in lrs
@@ -175,6 +204,10 @@ class Suite:
         train = {**copy.deepcopy(self.data.get("train") or {}), "seed": point["seed"],
                  "progress": False}
         train["lr"] = self.train_lr if self.searches_lr else point["lr"]
+        if self.is_capacity:
+            from recallbench.runs.capacity import protocol_lr
+
+            train["lr"] = protocol_lr(adapter, train["lr"])
         if self.data.get("device") is not None:
             train["device"] = self.data["device"]
         if self.data.get("threads") is not None:
@@ -209,6 +242,9 @@ def _check_task(data: Mapping, where: str) -> None:
     need(isinstance(task, dict) and isinstance(task.get("name"), str), where,
          "task must be a mapping with a name")
     need("num_facts" not in task, where, "task.num_facts is the grid: use the top-level num_facts list")
+    if data.get("capacity") is not None:
+        _check_capacity(data, task, where)
+        return
     nf = data.get("num_facts")
     need(isinstance(nf, list) and nf and all(is_count(x, 1) for x in nf)
          and len(set(nf)) == len(nf), where, "num_facts must be a list of distinct positive integers")
@@ -218,6 +254,23 @@ def _check_task(data: Mapping, where: str) -> None:
              "seq_len_per_fact must be an integer from 3 to 64 (L = seq_len_per_fact · N_f > 2·N_f)")
         need("seq_len" not in task, where,
              "give task.seq_len or seq_len_per_fact, not both")
+
+
+def _check_capacity(data: Mapping, task: Mapping, where: str) -> None:
+    """A capacity suite: MQAR at a V, L = 4·N_f, no grid, the search's settings."""
+    cap = data["capacity"]
+    need(isinstance(cap, dict) and set(cap) <= set(CAPACITY_KEYS), where,
+         f"capacity must be a mapping of {', '.join(sorted(CAPACITY_KEYS))}")
+    for k, (lo, hi) in CAPACITY_KEYS.items():
+        v = cap.get(k)
+        need(v is None or (is_num(v) and lo <= v <= hi and (k != "max_cells" or is_int(v))),
+             where, f"capacity.{k} = {short(v)} is not allowed: a number in [{lo:g}, {hi:g}]")
+    need("num_facts" not in data, where, "a capacity suite has no num_facts: its search "
+         "places them")
+    need(task.get("name") == "mqar", where, "a capacity suite measures MQAR: task.name must be mqar")
+    need(is_count(task.get("vocab_size"), 8), where, "task.vocab_size must be an integer >= 8")
+    need(data.get("seq_len_per_fact") == 4 and "seq_len" not in task, where,
+         "a capacity suite needs seq_len_per_fact: 4 (L = 4·N_f) and no task.seq_len")
 
 
 def _check_budgets(data: Mapping, where: str) -> None:

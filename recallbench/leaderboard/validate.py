@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping
 
 from recallbench.api.canonical import SECTIONS, config_hash
 from recallbench.api.errors import ConfigError
+from recallbench.leaderboard import capacity_suite
 from recallbench.leaderboard.checks import (check_file_name, check_keys, check_name,
                                             check_relative_path, is_num, need, short)
 from recallbench.leaderboard.points import (check_delta, first_mismatch, merge_config,
@@ -46,12 +47,14 @@ SUB_KEYS = {"schema", "suite", "suite_recipe_sha256", "model", "budgets", "scori
 MODEL_KEYS = {"name", "adapter", "description", "url", "library", "config", "config_hash",
               "provenance"}
 MODEL_REQUIRED = {"name", "adapter", "config", "config_hash", "library"}
-BUDGET_KEYS = {"name", "state_size", "state_bits", "state_note", "params", "config", "points", "score"}
+BUDGET_KEYS = {"name", "state_size", "state_bits", "state_note", "params", "config", "points", "score",
+               "card"}
 #: the training protocol's facts of a point (``protocol``): optional in a suite with an lr
 #: grid (submissions made before they existed show "—"), required where the suite searches
 PROTOCOL_KEYS = {"lr_search", "converged", "stop_reason", "steps_to"}
 POINT_KEYS = {"num_facts", "lr", "seed", "config_hash", "delta", "correct", "total", "correct_topk",
-              "accuracy", "info_bits", "steps", "best_step", "train_s", "wall_s", *PROTOCOL_KEYS}
+              "accuracy", "info_bits", "steps", "best_step", "train_s", "wall_s", "cpu_s",
+              "extended", *PROTOCOL_KEYS}
 POINT_REQUIRED = {"num_facts", "lr", "seed", "config_hash", "correct", "total", "correct_topk",
                   "info_bits"}
 
@@ -122,9 +125,12 @@ def _check_budget_names(sub: Mapping, suite: Suite, where: str) -> None:
 
 def _check_budget(b: Mapping, model: Mapping, suite: Suite, bw: str) -> None:
     """One budget: fields, sizes (recomputed), its config against the model's, its points."""
-    check_keys(b, BUDGET_KEYS, BUDGET_KEYS - {"state_note", "params"}, bw)
+    result = "card" if suite.is_capacity else "score"
+    check_keys(b, BUDGET_KEYS - {"score", "card"} | {result},
+               BUDGET_KEYS - {"state_note", "params", "score", "card"} | {result}, bw)
     check_fields(b, BUDGET, bw)
-    check_score(b["score"], bw)
+    if not suite.is_capacity:
+        check_score(b["score"], bw)
     cfg = b["config"]
     need(set(cfg) == set(SECTIONS) and all(isinstance(cfg[s], dict) for s in SECTIONS), bw,
          f"config must be a mapping with sections {', '.join(SECTIONS)}")
@@ -137,6 +143,9 @@ def _check_budget(b: Mapping, model: Mapping, suite: Suite, bw: str) -> None:
     seen: set[tuple] = set()
     for j, p in enumerate(b["points"]):
         _check_point(p, b, model["adapter"], suite, f"{bw} point {j + 1}", want_pts, seen)
+    if suite.is_capacity:
+        capacity_suite.check_cells_complete(b, suite, bw)
+        return
     missing = sorted(want_pts - seen)
     if missing:
         first = [p for p in suite.points() if suite.key(p) == missing[0]][0]
@@ -153,7 +162,10 @@ def _check_point(p: Any, b: Mapping, adapter: str, suite: Suite, pw: str, want_p
     point = {"budget": b["name"], "num_facts": p["num_facts"], "seed": p["seed"],
              **({} if suite.searches_lr else {"lr": p["lr"]})}
     key = suite.key(point)
-    need(key in want_pts, pw, f"{suite.label(point)} is not a point of suite {suite.name}")
+    if suite.is_capacity:
+        capacity_suite.check_point_facts(p, suite, pw)
+    else:
+        need(key in want_pts, pw, f"{suite.label(point)} is not a point of suite {suite.name}")
     need(key not in seen, pw, "duplicate point")
     seen.add(key)
     need(p["correct"] <= p["correct_topk"] <= p["total"], pw,
@@ -202,7 +214,12 @@ def _same(a: Any, c: Any) -> bool:
 
 
 def _check_scores(sub: Mapping, suite: Suite, where: str) -> None:
-    """Every stored score agrees (2%) with the scorer's, recomputed from the counts."""
+    """Every stored score agrees (2%) with the scorer's, recomputed from the counts (a
+    capacity suite: every card with the replayed search's, ``capacity_suite.check_cards``)."""
+    if suite.is_capacity:
+        capacity_suite.check_cards(sub, suite, where, lambda b: point_records(
+            {"budgets": [b]}))
+        return
     report = score_records(point_records(sub), suite)
     for b in sub["budgets"]:
         fresh = rounded(budget_scores(report, b["config"]["model"]))

@@ -43,6 +43,19 @@ MIN_FACTS = 2  # at N_f = 1 the guess level is 1: nothing to measure
 TARGETS = (0.6, 0.4, 0.8, 0.2)
 SPACING = 0.1  # a new target at least this far from every cell already between the ends
 MAX_CELLS = 12
+#: the protocol every card trains with (``capacity --set`` changes it; the card records it;
+#: a capacity suite's ``train``, leaderboards/cpu-v3, is this)
+TRAIN = {"lr": [0.003, 0.01, 0.03], "max_steps": 2000, "max_steps_limit": 8000,
+         "patience": 10, "batch_size": 32, "val_every": 50, "early_stop": 0.999,
+         "val_size": 512, "test_size": 1024}
+
+
+def protocol_lr(adapter: str, lr):
+    """The learning rate a card trains ``adapter`` with: ``lr``, or 0.01 for an adapter that
+    trains nothing (``trainable = False``: no learning rate to search)."""
+    from recallbench.api.registry import ADAPTERS
+
+    return lr if getattr(ADAPTERS.require(adapter), "trainable", True) else 0.01
 
 
 def cell_config(base: Mapping[str, Any], num_facts: int, seed: int) -> dict:
@@ -113,13 +126,14 @@ class Result:
 
 
 def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s: float = 3600.0,
-            run_cell: Callable[[list[dict]], list[dict]], done: Mapping[str, dict] | None = None,
+            run_cell: Callable[[list[dict]], list[dict]] | None, done: Mapping[str, dict] | None = None,
             max_cells: int = MAX_CELLS, delta: float = 0.01,
             say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic
             ) -> Result:
     """Run the search (module doc).  ``run_cell(configs) -> records`` trains one cell's
     seeds (the caller stores them); ``done``: records already in the store, by config hash,
-    reused instead of trained."""
+    reused instead of trained.  ``run_cell=None`` replays the search over ``done`` alone
+    (:func:`replay`)."""
     d = int(base["model"]["d_model"])
     vocab = int(base["task"]["vocab_size"])
     n_eff0 = n_eff_prior(base)
@@ -142,6 +156,11 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
                 f"{max(left, 0) / 60:.1f} min of the budget left")
             card = _card(records, delta) if records else card
             return Result({**card, "stopped": "time budget"}, "time budget", records)
+        if todo and run_cell is None:  # a replay of the store: the search stopped here
+            why = (f"the search stopped before N_f = {nf} (no run of it in the store: the "
+                   "run's time budget, or an interrupted run)")
+            card = _card(records, delta) if records else card
+            return Result({**card, "stopped": why}, why, records)
         t0 = clock()
         got = run_cell(todo) if todo else []
         took = clock() - t0
@@ -163,6 +182,17 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
             say(f"capacity: stop: {why}")
             return Result({**card, "stopped": why}, why, records)
     return Result({**card, "stopped": f"{max_cells} cells"}, f"{max_cells} cells", records)
+
+
+def replay(base: Mapping[str, Any], records, *, seeds: Sequence[int],
+           max_cells: int = MAX_CELLS, delta: float = 0.01) -> Result:
+    """The search over ``records`` alone, training nothing: the cells it visits in order
+    (the same as the run that made them: the search is a function of the records), the card
+    they make, and where it stops.  What a submission is built from and checked against."""
+    done = {r["config_hash"]: r for r in records
+            if r.get("status") == "ok" and r.get("config_hash")}
+    return measure(base, seeds=seeds, budget_s=math.inf, run_cell=None, done=done,
+                   max_cells=max_cells, delta=delta, say=lambda _: None)
 
 
 def n_eff_prior(base: Mapping[str, Any]) -> float:

@@ -1,0 +1,162 @@
+"""Capacity suites (``capacity`` in suite.yaml; leaderboards/cpu-v3): run, submit, check.
+
+A capacity suite has no grid of N_f.  Per (adapter, budget), ``leaderboard run`` runs
+``recallbench capacity``'s search (:mod:`recallbench.runs.capacity`) with the suite's
+protocol into the store; ``submit`` **replays** that search over the store
+(:func:`recallbench.runs.capacity.replay`: the search is a function of the records, so the
+replay visits the cells the run visited, in order, and trains nothing) and writes, per
+budget, every run of the visited cells as points and the capacity card they make
+(``law.card``).  Validation replays the search over the submission's own points: the cells
+must be the ones the search visits (no cell chosen by hand, none left out) and the stored
+card must be the one the points make.
+
+    base = budget_base(suite, "linear-mamba", suite.budget("D32-N8"))
+    budgets = capacity_budgets(suite, records, "linear-mamba")     # for build_submission
+    check_cards(sub, suite, where)                                   # for validate
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable, Mapping
+
+from recallbench.api.canonical import plain
+from recallbench.api.errors import ConfigError
+from recallbench.leaderboard.checks import need, short
+from recallbench.leaderboard.suite import Suite
+
+#: card fields a submission stores and validation recomputes (numbers within 2%)
+CARD_CHECKED = ("status", "s_eff", "ratio", "n_eff", "guess_share", "fitted_cells")
+
+
+def budget_base(suite: Suite, adapter: str, budget: Mapping,
+                model_extra: Mapping | None = None) -> dict:
+    """The resolved config the search starts from for one budget (its first cell's, N_f 2)."""
+    from recallbench.api.config import resolve
+
+    point = {"budget": budget["name"], "num_facts": 2, "seed": suite.seeds[0]}
+    return resolve(suite.point_config(adapter, point, model_extra)).to_dict()
+
+
+def time_budget_s(suite: Suite) -> float:
+    return float(suite.capacity["time_budget_min"]) * 60.0
+
+
+def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
+                       model_extra: Mapping | None = None, workers: int = 1,
+                       log: Callable[[str], None] = print) -> dict[str, dict]:
+    """Every budget's search for ``adapter`` into ``store`` (resumes from it); the cards."""
+    from recallbench.api.registry import ADAPTERS
+    from recallbench.runs import capacity
+
+    ADAPTERS.require(adapter, where=f"suite {suite.name}")
+    cards = {}
+    for b in suite.budgets:
+        base = budget_base(suite, adapter, b, model_extra)
+        log(f"suite {suite.name}, adapter {adapter}, budget {b['name']}: capacity search, "
+            f"at most {suite.capacity['max_cells']} cells and "
+            f"{suite.capacity['time_budget_min']:g} min")
+        result = capacity.run(base, seeds=suite.seeds, store=store, budget_s=time_budget_s(suite),
+                              max_cells=int(suite.capacity["max_cells"]), workers=workers,
+                              delta=float(suite.scoring["delta"]), say=log)
+        cards[b["name"]] = result.card
+        log(f"  {b['name']}: {result.card['status']} ({result.stopped})")
+    return cards
+
+
+def _replay(suite: Suite, adapter: str, budget: Mapping, records: list[Mapping],
+            model_extra: Mapping | None = None):
+    from recallbench.runs import capacity
+
+    base = budget_base(suite, adapter, budget, model_extra)
+    return capacity.replay(base, records, seeds=suite.seeds,
+                           max_cells=int(suite.capacity["max_cells"]),
+                           delta=float(suite.scoring["delta"]))
+
+
+def stored_card(card: Mapping) -> dict:
+    """The card as a submission stores it (its provenance is the submission's)."""
+    return plain({k: v for k, v in card.items() if k not in ("provenance", "model")})
+
+
+def capacity_points(suite: Suite, records: list[Mapping], adapter: str,
+                    model_extra: Mapping | None = None) -> list[tuple[dict, dict, dict]]:
+    """Per budget: (budget, [(point, record)], card) of the cells the replayed search visits."""
+    out = []
+    for b in suite.budgets:
+        result = _replay(suite, adapter, b, records, model_extra)
+        need(bool(result.records), "submit", f"the store holds no run of budget {b['name']} for "
+             f"adapter {adapter} (run `recallbench leaderboard run --suite {suite.dir} "
+             f"--adapter {adapter} --store ...`)")
+        pairs = [({"budget": b["name"], "num_facts": r["config"]["task"]["num_facts"],
+                   "seed": r["config"]["train"]["seed"]}, r) for r in result.records]
+        out.append((b, pairs, {**stored_card(result.card), "stopped": result.stopped}))
+    return out
+
+
+def _same(a, c) -> bool:
+    if isinstance(a, dict) and isinstance(c, dict):
+        return set(a) == set(c) and all(_same(a[k], c[k]) for k in a)
+    if isinstance(a, list) and isinstance(c, list):
+        return len(a) == len(c) and all(_same(x, y) for x, y in zip(a, c))
+    if isinstance(a, bool) or isinstance(c, bool) or isinstance(a, str) or isinstance(c, str):
+        return a == c
+    if a is None or c is None:
+        return a is None and c is None
+    if isinstance(a, (int, float)) and isinstance(c, (int, float)):
+        if math.isinf(a) or math.isinf(c):
+            return a == c
+        return math.isclose(a, c, rel_tol=0.02, abs_tol=1e-6)
+    return a == c
+
+
+def check_cards(sub: Mapping, suite: Suite, where: str, records_of: Callable) -> None:
+    """Each budget's cells are the replayed search's, and its card the one they make.
+
+    ``records_of(budget_entry)``: the budget's points as result records."""
+    adapter = sub["model"]["adapter"]
+    for b in sub["budgets"]:
+        bw = f"{where}: budget {b['name']}"
+        card = b.get("card")
+        need(isinstance(card, dict), bw, "card must be a mapping (a capacity suite's budget)")
+        records = records_of(b)
+        result = _replay(suite, adapter, suite.budget(b["name"]), records)
+        visited = {(r["config"]["task"]["num_facts"], r["config"]["train"]["seed"])
+                   for r in result.records}
+        given = {(p["num_facts"], p["seed"]) for p in b["points"]}
+        extra = sorted(given - visited)
+        need(not extra, bw, f"point N_f={extra[0][0] if extra else ''} seed="
+             f"{extra[0][1] if extra else ''} is not a cell the capacity search visits "
+             "(a cell chosen by hand, or one after the search stopped)")
+        fresh = stored_card(result.card)
+        for k in CARD_CHECKED:
+            need(_same(card.get(k), fresh.get(k)), bw,
+                 f"card.{k} = {short(card.get(k))} does not match the card recomputed from "
+                 f"the points ({short(fresh.get(k))})")
+        cap, new = card.get("capacity") or {}, fresh.get("capacity") or {}
+        for k in ("p50", "p1_delta", "per_kbit", "p50_per_kbit"):
+            need(_same(cap.get(k), new.get(k)), bw,
+                 f"card.capacity.{k} = {short(cap.get(k))} does not match the recomputed "
+                 f"{short(new.get(k))}")
+
+
+def check_point_facts(p: Mapping, suite: Suite, pw: str) -> None:
+    """A capacity suite's point: N_f in the search's range, a seed of the suite."""
+    lo, hi = suite.facts_range()
+    need(lo <= p["num_facts"] <= hi, pw, f"num_facts = {short(p['num_facts'])} is not allowed: "
+         f"the search's range is [{lo}, {hi}] (V/2 - 1 keys)")
+    need(p["seed"] in suite.seeds, pw, f"seed = {short(p['seed'])} is not one of the suite's "
+         f"seeds {suite.seeds}")
+
+
+def check_cells_complete(b: Mapping, suite: Suite, bw: str) -> None:
+    """Every N_f of a budget has a run of every seed."""
+    seen: dict[int, set] = {}
+    for p in b["points"]:
+        seen.setdefault(p["num_facts"], set()).add(p["seed"])
+    for nf, seeds in sorted(seen.items()):
+        missing = sorted(set(suite.seeds) - seeds)
+        if missing:
+            raise ConfigError(f"{bw}: the cell N_f={nf} lacks seed {missing[0]} (a cell is "
+                              "every seed of the suite)")
+    need(bool(seen), bw, "no points")

@@ -1,0 +1,166 @@
+"""Capacity suites (leaderboards/cpu-v3): run, submit, validate, and refuse tampering.
+
+End to end on the designed model (fixed weights: a card in seconds, real records)."""
+import argparse
+from pathlib import Path
+
+import pytest
+import yaml
+
+from recallbench import leaderboard as lb
+from recallbench.api.canonical import config_hash
+from recallbench.api.errors import ConfigError
+from recallbench.leaderboard.capacity_suite import budget_base, run_capacity_suite
+from recallbench.leaderboard.submission import content_sha256
+from recallbench.runs import capacity
+
+ROOT = Path(__file__).resolve().parent.parent
+V3 = ROOT / "leaderboards" / "cpu-v3"
+
+
+def _suite_copy(tmp: Path, **changes) -> Path:
+    d = tmp / "cpu-v3"
+    d.mkdir(parents=True, exist_ok=True)
+    data = yaml.safe_load((V3 / "suite.yaml").read_text())
+    data["budgets"] = [b for b in data["budgets"] if b["name"] == "D32-N8"]
+    data.update(changes)
+    data = {k: v for k, v in data.items() if v is not None}
+    (d / "suite.yaml").write_text(yaml.safe_dump(data, allow_unicode=True))
+    return d
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory):
+    """A one-budget copy of cpu-v3 with the designed model run, submitted and validated."""
+    tmp = tmp_path_factory.mktemp("v3")
+    d = _suite_copy(tmp)
+    suite = lb.load_suite(d)
+    store = tmp / "store"
+    cards = run_capacity_suite(suite, "designed", store, log=lambda m: None)
+    records = lb.load_store_records([store])
+    sub = lb.build_submission(suite, records, "designed")
+    path = lb.write_submission(sub, d / "submissions" / "designed.yaml")
+    return suite, path, sub, cards["D32-N8"]
+
+
+def _check(suite, sub):
+    return lb.check_submission(sub, suite, "sub")
+
+
+def _forged(sub, edit):
+    """``sub`` edited by ``edit`` and re-signed, as a forger who reads the code would."""
+    sub = yaml.safe_load(yaml.safe_dump(sub))
+    edit(sub)
+    sub["sha256"] = content_sha256(sub)
+    return sub
+
+
+def test_the_suite_is_the_capacity_protocol_of_the_cli():
+    """A board card and a `recallbench capacity` card of the same model are the same runs."""
+    from recallbench.cli.capacity import base_config
+
+    suite = lb.load_suite(V3)
+    assert suite.is_capacity and suite.data["train"] == capacity.TRAIN
+    for b in suite.budgets:
+        args = argparse.Namespace(d_model=b["model"]["d_model"], d_state=b["model"]["d_state"],
+                                  n_layers=1, vocab_size=suite.data["task"]["vocab_size"],
+                                  max_cells=12, time_budget=20, state_size=None, factory=None,
+                                  adapter="linear-mamba", set=[])
+        cli = capacity.cell_config(base_config(args), 9, 1)
+        board = capacity.cell_config(budget_base(suite, "linear-mamba", b), 9, 1)
+        assert config_hash(cli) == config_hash(board)
+
+
+def test_a_run_submits_and_validates_with_the_card_of_the_run(board):
+    suite, path, sub, card = board
+    got, _, notes = lb.validate_file(path)
+    b = got["budgets"][0]
+    assert b["card"]["status"] == card["status"] == "measured"
+    assert b["card"]["s_eff"]["value"] == pytest.approx(card["s_eff"]["value"], rel=1e-6)
+    nfs = sorted({p["num_facts"] for p in b["points"]})
+    assert nfs == sorted(c["num_facts"] for c in card["cells"])
+    assert len(b["points"]) == 2 * len(nfs)  # every seed of every cell
+    assert all(p["lr"] == 0.01 for p in b["points"])  # designed trains nothing: no lr search
+
+
+def test_a_forged_card_is_refused(board):
+    suite, _, sub, _ = board
+
+    def edit(s):
+        s["budgets"][0]["card"]["s_eff"]["value"] *= 1.5
+    with pytest.raises(ConfigError, match=r"card\.s_eff .* recomputed from the points"):
+        _check(suite, _forged(sub, edit))
+
+    def status(s):
+        s["budgets"][0]["card"]["status"] = "measured" if \
+            s["budgets"][0]["card"]["status"] != "measured" else "bound"
+    with pytest.raises(ConfigError, match=r"card\.status"):
+        _check(suite, _forged(sub, status))
+
+
+def test_a_cell_left_out_of_the_middle_of_the_search_is_refused(board):
+    suite, _, sub, card = board
+    first = card["cells"][0]["num_facts"]  # the search's first cell; later ones follow it
+
+    def edit(s):
+        s["budgets"][0]["points"] = [p for p in s["budgets"][0]["points"]
+                                     if p["num_facts"] != first]
+    with pytest.raises(ConfigError, match="not a cell the capacity search visits"):
+        _check(suite, _forged(sub, edit))
+
+
+def test_a_cell_without_all_its_seeds_is_refused(board):
+    suite, _, sub, _ = board
+
+    def edit(s):
+        s["budgets"][0]["points"] = s["budgets"][0]["points"][1:]
+    with pytest.raises(ConfigError, match="lacks seed"):
+        _check(suite, _forged(sub, edit))
+
+
+def test_a_point_outside_the_search_range_is_refused(board):
+    suite, _, sub, _ = board
+
+    def edit(s):
+        s["budgets"][0]["points"][0]["num_facts"] = 400
+    with pytest.raises(ConfigError, match=r"num_facts = 400 is not allowed: .*\[2, 255\]"):
+        _check(suite, _forged(sub, edit))
+
+
+def test_an_edit_without_re_signing_is_refused(board):
+    suite, _, sub, _ = board
+    sub = yaml.safe_load(yaml.safe_dump(sub))
+    sub["budgets"][0]["card"]["ratio"]["value"] = 0.9
+    with pytest.raises(ConfigError, match="content sha256 mismatch"):
+        _check(suite, sub)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_facts": [4, 8]}, "a capacity suite has no num_facts"),
+    ({"task": {"name": "ar", "vocab_size": 512}}, "task.name must be mqar"),
+    ({"capacity": {"max_cells": 0}}, r"capacity.max_cells = 0 is not allowed"),
+    ({"capacity": {"cells": 3}}, "capacity must be a mapping of max_cells, time_budget_min"),
+    ({"seq_len_per_fact": 8}, "seq_len_per_fact: 4"),
+])
+def test_a_bad_capacity_suite_is_one_line(tmp_path, change, message):
+    d = _suite_copy(tmp_path, **change)
+    with pytest.raises(ConfigError, match=message):
+        lb.load_suite(d)
+
+
+def test_grid_suites_keep_their_recipe_hash():
+    """The capacity key is hashed only where present: every stored grid submission still
+    names its suite's recipe."""
+    for name in ("cpu-small", "cpu-v2"):
+        suite = lb.load_suite(ROOT / "leaderboards" / name)
+        for f in lb.submission_files(suite.dir):
+            sub = yaml.safe_load(f.read_text())
+            assert sub["suite_recipe_sha256"] == suite.recipe_sha256(), f
+
+
+def test_the_cli_runs_a_capacity_suite_and_refuses_grid_flags(cli, tmp_path):
+    d = _suite_copy(tmp_path)
+    rc, out, err = cli("leaderboard", "run", "--suite", str(d), "--adapter", "designed",
+                       "--store", str(tmp_path / "s"), "--time-budget", "5")
+    assert rc == 2 and "--time-budget is not for a capacity suite" in err
+    assert "Traceback" not in err and not (tmp_path / "s").exists()
