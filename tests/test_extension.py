@@ -102,3 +102,19 @@ def test_the_ensemble_refuses_the_limit_and_a_search_trains_one_by_one():
     rec = run(config(lr=[1e-7, 3e-2], patience=2, max_steps=10, max_steps_limit=20))
     assert rec["status"] == "ok" and "ensemble" not in rec
     assert rec["max_steps_reached"] == 20 and rec["extended"] == 1
+
+
+def test_a_search_extends_only_the_candidate_it_chose():
+    """The candidates are compared at max_steps; the chosen one, still improving there, is
+    trained again with the limit (the same first steps, then extended); a candidate that
+    stays at the guess (lr 1e-7) is not extended beside it."""
+    capped = run(config(lr=3e-2, patience=2, max_steps=20))
+    rec = run(config(lr=[1e-7, 3e-2], patience=2, max_steps=20, max_steps_limit=160))
+    low, high = rec["lr_search"]
+    assert low["steps"] == 20 and not low["converged"]
+    assert rec["lr"] == 3e-2 and rec["extended"] >= 1 and high["steps"] == rec["steps"] > 20
+    alone = run(config(lr=3e-2, patience=2, max_steps=20, max_steps_limit=160))
+    # the chosen candidate's extended run is the run of its lr alone, step for step
+    assert (rec["correct"], rec["steps"], rec["best_step"]) == \
+        (alone["correct"], alone["steps"], alone["best_step"])
+    assert not capped["converged"]  # at the cap it was still improving: hence the extension

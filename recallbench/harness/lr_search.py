@@ -13,6 +13,13 @@ lr window (Okpekpe & Orvieto, 2025), and Zoology and MAD-lab keep the best of a 
   set: the highest wins; ties go to fewer steps (the faster to converge), then the smaller
   lr (``lr_candidates.choose``).  A candidate whose loss became NaN/inf has no accuracy and is never
   chosen; if every candidate diverged, the run diverged.
+* **Extension** (``train.max_steps_limit``, :mod:`recallbench.harness.module`): the
+  candidates are compared at ``max_steps``, none extended; then only the chosen one, if it
+  was still improving at its cap, is trained again with the limit: the same seed gives the
+  same first ``max_steps`` steps, then its cap doubles while it improves.  A candidate
+  stuck at the guess level beside one that learned is not extended (three candidates each
+  extended to an 8,000-step limit cost 2.2x the steps on a Mamba-2 cell where two stayed at
+  the guess).  A search with a limit trains one by one (the ensemble does not extend).
 * **Test**: only the chosen model is scored on the test set.
 * **Record**: the chosen candidate's record (accuracy, steps, convergence, ``lr``) with the
   search's own config and hash (the list is part of the config: another search is another
@@ -27,6 +34,7 @@ lr window (Okpekpe & Orvieto, 2025), and Zoology and MAD-lab keep the best of a 
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -47,7 +55,9 @@ def run_search(cfg: RunConfig, device: torch.device, show: bool,
 
     cands = candidates(cfg)
     required = batched is True  # asked for; chosen by memory alone, it falls back one by one
-    if batched is None:
+    if cfg.train.max_steps_limit is not None:
+        batched = False  # the ensemble does not extend its members
+    elif batched is None:
         batched = fits_batched(cfg, device, len(cands))
     if batched is not False:
         try:
@@ -64,9 +74,13 @@ def run_search(cfg: RunConfig, device: torch.device, show: bool,
 
 def _sequential(cfg: RunConfig, cands: list[RunConfig], device: torch.device, show: bool,
                 weights=None) -> dict[str, Any]:
-    """The candidates one after another; the best so far is kept, the others dropped."""
+    """The candidates one after another; the best so far is kept, the others dropped; with
+    ``max_steps_limit``, compared at ``max_steps`` and only the chosen one extended."""
     from recallbench.harness.module import DivergedError
 
+    limit = cfg.train.max_steps_limit
+    if limit is not None:
+        cands = [_with_limit(c, None) for c in cands]
     entries, best, train_s = [], None, 0.0
     for i, c in enumerate(cands):
         try:
@@ -83,9 +97,24 @@ def _sequential(cfg: RunConfig, cands: list[RunConfig], device: torch.device, sh
     if best is None:
         raise DivergedError(f"every learning rate of {len(cands)} diverged "
                             f"(first: {entries[0]['error']})")
+    if limit is not None and limit > cfg.train.max_steps and not best.convergence()["converged"]:
+        i = choose(entries)
+        try:  # the same seed: the same first max_steps steps, then the cap doubles
+            t = train_one(_with_limit(best.cfg, limit), device, False)
+        except DivergedError:
+            pass  # diverged past the cap: the capped run stands
+        else:
+            train_s += t.train_s
+            entries[i] = entry(t.cfg.train.lr, t.val_accuracy, t.steps,
+                               t.convergence()["converged"])
+            best = t
     if weights is not None:
         best.save_weights(weights)
     return searched_record(best.record(device), cfg, entries, train_s)
+
+
+def _with_limit(c: RunConfig, limit: int | None) -> RunConfig:
+    return dataclasses.replace(c, train=dataclasses.replace(c.train, max_steps_limit=limit))
 
 
 def fits_batched(cfg: RunConfig, device: torch.device, k: int) -> bool:
