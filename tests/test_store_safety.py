@@ -146,7 +146,7 @@ def test_a_full_disk_stops_the_sweep_with_the_record_saved_and_the_merge_command
 
 def test_records_go_to_the_temp_folder_when_the_store_folder_refuses_them(tmp_path,
                                                                           monkeypatch):
-    import recallbench.runs.safe_files as safe_files
+    import recallbench.api.safe_files as safe_files
     from recallbench.runs.store import Store, StoreWriteError
 
     spare = tmp_path / "tmp"

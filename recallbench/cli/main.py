@@ -82,7 +82,7 @@ def _where(path: Path) -> str:
 def check_writable(path: Path, flag: str = "--out") -> None:
     """ConfigError (one line naming ``flag``) unless a file can be written at ``path``;
     its folder is created if needed."""
-    from recallbench.runs.safe_files import special_kind
+    from recallbench.api.safe_files import special_kind
 
     if path.is_dir():
         raise ConfigError(f"{flag} {_where(path)} is a folder: give a file name, "
@@ -109,7 +109,7 @@ def save_record(record: dict, out: Path) -> tuple[str, str | None]:
     """Write ``record`` to ``out``; if that fails, to a new file in the temp folder (an
     unguessable name, created exclusively: never through a planted link), and if that
     fails too, print it on stdout: never lost.  Returns (where it went, why not ``out``)."""
-    from recallbench.runs.safe_files import write_aside, write_regular
+    from recallbench.api.safe_files import write_aside, write_regular
 
     text = json.dumps(record, indent=2) + "\n"
     try:

@@ -17,6 +17,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from recallbench.api.errors import ConfigError
 from recallbench.api.fields import is_number, short
+from recallbench.api.store_layout import is_store, iter_lines, store_files
+from recallbench.api.verify import record_problem
 
 SCHEMA = "recallbench.result/1"
 COUNTS = ("correct", "total", "correct_topk")  # integers >= 0, the first and last <= total
@@ -83,8 +85,6 @@ def _check_config(cfg: Any, where: str) -> None:
 def _outcome(rec: Any, place: str):
     """None for a record the scorer uses; else ``("warn", message)`` for one it skips, or
     ``("error", ConfigError)`` for one whose values it cannot use (raised if it is kept)."""
-    from recallbench.runs.verify import record_problem
-
     if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
         got = rec.get("schema") if isinstance(rec, dict) else type(rec).__name__
         return ("warn", f"{place}: skipping an entry that is not a {SCHEMA} record "
@@ -112,8 +112,6 @@ def _read_jsonl(path: Path, keep: Callable[[dict], Any]) -> Iterator[Any]:
     """The records of a ``.jsonl`` file, read line by line; torn lines skipped with a
     warning, as a store's.  A file none of whose lines is JSON is not a JSON-lines file.
     Only what ``keep`` makes of each record is held until the file is read."""
-    from recallbench.runs.store import iter_lines
-
     torn: list[int] = []
     entries, parsed = [], 0
     for number, item in iter_lines(path, _warn, torn):
@@ -150,13 +148,11 @@ def _read_store(path: Path, keep: Callable[[dict], Any]) -> Iterator[Any]:
     """A store directory, read line by line: every file's records merged to one per config
     hash as the store itself merges them (an ok record kept over failed ones), then each
     kept one checked where it was read.  Only what ``keep`` makes of a record is held."""
-    from recallbench.runs import store as result_store
-
     kept: dict[str, tuple[Any, Any, Any]] = {}  # config hash -> (status, kept, outcome)
     duplicates = 0
-    for f in result_store.store_files(path):
+    for f in store_files(path):
         strays = []
-        for number, rec in result_store.iter_lines(f, _warn):
+        for number, rec in iter_lines(f, _warn):
             if not (isinstance(rec, dict) and isinstance(rec.get("config_hash"), str)):
                 strays.append(number)
                 continue
@@ -178,12 +174,10 @@ def _read_store(path: Path, keep: Callable[[dict], Any]) -> Iterator[Any]:
 
 def _inputs(paths: Iterable[str | Path]) -> list[tuple[str, Path]]:
     """(kind, path) of every input: a store directory, or a .jsonl / .json file."""
-    from recallbench.runs import store as result_store
-
     out = []
     for raw in paths:
         path = Path(raw)
-        if path.is_dir() and result_store.is_store(path):
+        if path.is_dir() and is_store(path):
             out.append(("store", path))
         elif path.is_dir():
             found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (".jsonl", ".json"))
@@ -230,6 +224,6 @@ def load_records(paths: Iterable[str | Path] | str | Path) -> list[dict]:
     that are not ``recallbench.result/1`` records are skipped with a warning; a record with
     a value the scorer cannot use is a :class:`ConfigError` (:func:`check_record`); one
     filed under another config's hash, or with impossible counts, is skipped with a
-    warning (:func:`recallbench.runs.verify.record_problem`).
+    warning (:func:`recallbench.api.verify.record_problem`).
     """
     return list(iter_records(paths))
