@@ -18,130 +18,32 @@ Confidence intervals are **profile-likelihood** intervals: the set of values of 
 parameter whose profile deviance 2·(nll − nll_min) stays below χ²₁(level)·φ, where
 φ = max(1, deviance/(points − parameters)) is the quasi-binomial dispersion (φ = 1 with
 ``overdispersion=False``, or when there are no spare degrees of freedom).  A bound that
-the data do not limit (all queries right, say) is reported as 0 or ``inf``.
+the data do not limit (all queries right, say) is reported as 0 or ``inf``.  The
+likelihood machinery is :mod:`recallbench.law.binomial`'s.
 
-:func:`fano_check` flags measurements that need more information than the state can hold
-(Lem 4.5); :func:`binomial_interval` is the Clopper-Pearson interval of one point.
+The per-point interval and the Fano bound are imported here as well, where callers have
+always found them: :func:`binomial_interval` (the Clopper-Pearson interval of one point,
+:mod:`recallbench.law.binomial`), :func:`fano_check` (measurements that need more
+information than the state can hold, Lem 4.5) and :func:`capacity_report`
+(:mod:`recallbench.law.fano`).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
 
 import numpy as np
 from scipy import optimize, special, stats
 
 from recallbench.law import theory
+from recallbench.law.binomial import (_arrays, _dispersion, _minimize_1d, _nll,
+                                      _profile_interval, _saturated_nll,  # noqa: F401
+                                      binomial_interval)
+from recallbench.law.fano import CapacityReport, FanoCheck, capacity_report, fano_check  # noqa: F401
+from recallbench.law.quadrature import _quadrature
 
 LOG_A_BOUNDS = (math.log(1e-3), math.log(1e3))
 LOG_THETA_BOUNDS = (math.log(1e-4), math.log(1e9))
-
-
-# -- one point ------------------------------------------------------------------------
-
-def binomial_interval(correct, total, level: float = 0.95):
-    """Clopper-Pearson (exact) interval of a binomial proportion; arrays broadcast.
-
-    Returns ``(lower, upper)``; 0 right answers gives lower 0, all right gives upper 1.
-    """
-    k = np.asarray(correct, float)
-    n = np.asarray(total, float)
-    alpha = 1.0 - level
-    with np.errstate(invalid="ignore", divide="ignore"):
-        lo = np.where(k > 0, stats.beta.ppf(alpha / 2, k, n - k + 1), 0.0)
-        hi = np.where(k < n, stats.beta.ppf(1 - alpha / 2, k + 1, n - k), 1.0)
-    return theory._out(lo), theory._out(hi)
-
-
-@dataclasses.dataclass
-class FanoCheck:
-    """Lem 4.5 against one measurement (see :func:`fano_check`)."""
-
-    accuracy_lower: float  # Clopper-Pearson lower bound of the accuracy
-    implied_bits: float  # (accuracy_lower)·info_bits − 1: what recall at that rate needs
-    state_bits_total: float  # b·S: what the state can hold
-    impossible: bool
-
-
-def fano_check(correct, total, state_size, state_bits, info_bits, level: float = 0.95) -> FanoCheck:
-    """Does the measured accuracy need more bits than the state holds?
-
-    Lem 4.5: recall with probability 1 − δ needs b·S ≥ (1 − δ)·N_f·log2(V_v) − 1.  With
-    1 − δ set to the accuracy's lower confidence bound and N_f·log2(V_v) = ``info_bits``
-    (what the queries ask for), a measurement with
-    (accuracy_lower)·info_bits − 1 > b·S is impossible for an honest fixed-state model: it
-    points at a leak (the answer reachable without the state) or a bug.
-    """
-    lo, _ = binomial_interval(correct, total, level)
-    implied = float(lo) * float(info_bits) - 1.0
-    capacity_bits = float(state_size) * float(state_bits)
-    return FanoCheck(float(lo), implied, capacity_bits, implied > capacity_bits)
-
-
-# -- likelihood machinery --------------------------------------------------------------
-
-def _nll(k, n, log_p, log_q):
-    """Binomial negative log-likelihood (without the constant log C(n, k))."""
-    return float(-np.sum(k * log_p + (n - k) * log_q))
-
-
-def _saturated_nll(k, n):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ph = k / n
-        t1 = np.where(k > 0, k * np.log(np.where(k > 0, ph, 1.0)), 0.0)
-        t2 = np.where(n - k > 0, (n - k) * np.log(np.where(n - k > 0, 1 - ph, 1.0)), 0.0)
-    return float(-np.sum(t1 + t2))
-
-
-def _dispersion(nll_min, k, n, n_params, overdispersion):
-    deviance = 2.0 * (nll_min - _saturated_nll(k, n))
-    dof = len(k) - n_params
-    if not overdispersion or dof <= 0:
-        return deviance, dof, 1.0
-    return deviance, dof, max(1.0, deviance / dof)
-
-
-def _minimize_1d(f: Callable[[float], float], lo: float, hi: float, grid: int = 25):
-    """Global-ish minimum of a 1-D function on [lo, hi]: a grid, then bounded Brent."""
-    xs = np.linspace(lo, hi, grid)
-    ys = np.array([f(x) for x in xs])
-    i = int(np.argmin(ys))
-    a, b = xs[max(i - 1, 0)], xs[min(i + 1, grid - 1)]
-    res = optimize.minimize_scalar(f, bounds=(a, b), method="bounded",
-                                   options={"xatol": 1e-9 * max(1.0, abs(xs[i]))})
-    if res.fun <= ys[i]:
-        return float(res.x), float(res.fun)
-    return float(xs[i]), float(ys[i])
-
-
-def _profile_interval(prof: Callable[[float], float], x_hat: float, f_hat: float, lo: float,
-                      hi: float, threshold: float):
-    """Where the profile deviance 2(prof − f_hat) crosses ``threshold`` on each side of x_hat.
-
-    Returns (lower, upper); a side that does not cross inside [lo, hi] gives lo or hi
-    (the caller turns those into 0 or inf).
-    """
-    def g(x):
-        return 2.0 * (prof(x) - f_hat) - threshold
-
-    def side(edge):
-        if abs(edge - x_hat) < 1e-12 or g(edge) < 0:
-            return edge
-        # walk out geometrically so the bracket stays tight (profiles are flat far out)
-        step = 0.05 * (edge - x_hat) / abs(edge - x_hat)
-        inner = x_hat
-        while True:
-            outer = x_hat + step
-            if (outer - edge) * (edge - x_hat) >= 0:
-                outer = edge
-            if g(outer) >= 0:
-                return float(optimize.brentq(g, inner, outer, xtol=1e-9, rtol=1e-10))
-            if outer == edge:
-                return edge
-            inner, step = outer, step * 2.0
-
-    return side(lo), side(hi)
 
 
 # -- the collapse fit (Rem 4.3, Thm 4.6) -----------------------------------------------
@@ -178,10 +80,6 @@ class CollapseFit:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def _arrays(*xs):
-    return [np.atleast_1d(np.asarray(x, float)) for x in np.broadcast_arrays(*xs)]
 
 
 def fit_collapse(correct, total, d_model, d_state, num_facts, vocab_size, n_layers=1,
@@ -321,7 +219,7 @@ def fit_effective_state(correct, total, d_model, num_facts, vocab_size, family: 
         n_eff = math.exp(log_theta) * sc
         s = np.sqrt(n_eff * d / (a * nf + n_eff))
         if form == "eq19":
-            p, q = theory._quadrature(s, v, 1)
+            p, q = _quadrature(s, v, 1)
         else:
             p = np.asarray(theory.recall_from_inverse_sigma(s, v, form))
             q = np.asarray(theory.failure_from_inverse_sigma(s, v, form))
@@ -393,38 +291,3 @@ def fit_effective_state(correct, total, d_model, num_facts, vocab_size, family: 
     return EffectiveStateFit(theta=theta, theta_ci=ci, a=a, form=form, expand=expand, level=level,
                              nll=f_hat, deviance=deviance, dof=dof, dispersion=phi,
                              n_points=len(k), guess_share=share)
-
-
-@dataclasses.dataclass
-class CapacityReport:
-    """Capacity of a fitted law and the Fano bound at that capacity."""
-
-    delta: float
-    capacity: float  # N_f*(δ): largest N_f recalled with probability ≥ 1 − δ (continuous)
-    fano_min_bits: float  # (1 − δ)·N_f*·log2(V/2) − 1, or 0 when that is negative
-    state_bits_total: float | None  # b·S, None when the state grows with L
-    bits_ratio: float | None  # b·S / Fano minimum (None when S is unknown or the minimum is 0 or inf)
-
-
-def capacity_report(d_model, n_eff, vocab_size, family: str = "mqar", state_size=None,
-                    state_bits: int = 32, delta: float = 0.01, form: str = "eq19",
-                    a: float | None = None) -> CapacityReport:
-    """N_f*(δ) of the linear reference law at (D, N_eff) and the Fano minimum there.
-
-    N_f* = N_eff·(D − s*²)/(a·s*²) with s* the 1/σ reaching 1 − δ (``theory.capacity``);
-    Fano minimum (Lem 4.5) = (1 − δ)·N_f*·log2(V/2) − 1; ratio = b·S / Fano minimum, how
-    many times the information the demonstrated capacity needs the state could hold.
-    """
-    if a is None:
-        a = theory.coefficient_a("linear", family)
-    if math.isinf(n_eff):
-        cap = math.inf
-    else:
-        cap = float(theory.capacity(d_model, n_eff, vocab_size, a, delta, form))
-    cap = max(cap, 0.0) + 0.0
-    fano = max(0.0, float(theory.fano_min_bits(cap, vocab_size, delta))) if math.isfinite(cap) else math.inf
-    bits = None if state_size is None else float(state_size) * float(state_bits)
-    ratio = None
-    if bits is not None and 0 < fano < math.inf:
-        ratio = bits / fano
-    return CapacityReport(delta, cap, fano, bits, ratio)

@@ -8,7 +8,8 @@ L   (``seq_len``)      sequence length
 D   (``d_model``)      model width
 N   (``d_state``)      SSM state size per channel
 Λ   (``n_layers``)     layers; a Λ-layer model recalls like one layer with N_eff = Λ·N (Thm 4.6)
-a                      noise coefficient of the model kind and task family (``A_TABLE``)
+a                      noise coefficient of the model kind and task family (``A_TABLE``,
+                       :mod:`recallbench.law.coefficients`)
 b                      offset of the collapse curve, ≈ √(2 log V)
 σ   (``sigma``)        noise of the read-out: σ² = a·N_f/(N·D) + 1/D (Thm 4.2)
 s   (``inv_sigma``)    1/σ = √(N·D/(a·N_f + N)), the collapse variable x of Rem 4.3
@@ -24,7 +25,8 @@ function that returns it takes ``form``:
 
 * ``"eq19"`` (default): the exact integral of the Gaussian model, eq. 19,
   p = ∫ φ((x−1)/σ)/σ · Φ(x/σ)^(V−1) dx = ∫ φ(z) · Φ(z + 1/σ)^(V−1) dz,
-  computed by composite Gauss-Legendre quadrature in log space (see :func:`_quadrature`);
+  computed by composite Gauss-Legendre quadrature in log space
+  (:mod:`recallbench.law.quadrature`);
 * ``"eq20"``: the Gumbel approximation of the maximum, eq. 20, p ≈ Φ(1/σ − m_V) with
   m_V = √(2 log V) − (log log V + log 4π) / (2 √(2 log V));
 * ``"rem43"``: the coarse form of Rem 4.3, p ≈ Φ(1/σ − √(2 log V)), which drops the
@@ -36,35 +38,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+
 import numpy as np
 from scipy import optimize, special
 
+from recallbench.law.coefficients import (A_TABLE, COLLAPSE_KINDS, MODEL_KINDS,  # noqa: F401
+                                          TASK_FAMILIES, check_family, coefficient_a)
+from recallbench.law.quadrature import _quadrature
+
 FORMS = ("eq19", "eq20", "rem43")
-MODEL_KINDS = ("designed", "linear", "full")
-TASK_FAMILIES = ("ar", "mqar")
-
-#: The coefficient a of σ² = a·N_f/(N·D) + 1/D as used in the paper's code (Rem 4.3).
-#: "designed": fixed JL weights (Alg. 1 with the hashing circuit of Thm 3.2);
-#: "linear": the simplified linear Mamba, trained; "full": full Mamba, trained (heuristic:
-#: half of linear).  Tasks pick the column by their declared ``law_family`` (repeated-key
-#: MQAR declares "mqar").
-A_TABLE: dict[tuple[str, str], float] = {
-    ("designed", "ar"): 2.0,
-    ("designed", "mqar"): 3.0,
-    ("linear", "ar"): 1.0,
-    ("linear", "mqar"): 5.0 / 4.0,
-    ("full", "ar"): 0.5,
-    ("full", "mqar"): 5.0 / 8.0,
-}
-
-#: The model kinds whose N and D are the law's own N and D, so that ``recallbench score``
-#: fits the collapse for them by default: the designed model and the simplified linear
-#: Mamba.  Full Mamba's a is a heuristic (half of linear), and its expansion, convolution
-#: and gates make its N and D the law's only loosely: it gets the table's curve, no
-#: automatic collapse fit.
-COLLAPSE_KINDS = frozenset({"designed", "linear"})
-
-_LOG_TINY = -50.0  # e^-50 ≈ 2e-22: what the quadrature window may drop
 
 
 def _out(x):
@@ -76,23 +58,6 @@ def _out(x):
 def _check_form(form: str) -> None:
     if form not in FORMS:
         raise ValueError(f"form = {form!r} is not allowed: one of {', '.join(FORMS)}")
-
-
-# -- the coefficient a --------------------------------------------------------------
-
-def coefficient_a(model_kind: str, family: str) -> float:
-    """The paper's a for a model kind (designed, linear, full) and a task family (ar, mqar),
-    Rem 4.3.  Plugins declare both (``Adapter.law_kind``, ``Task.law_family``)."""
-    if model_kind not in MODEL_KINDS:
-        raise ValueError(f"model_kind = {model_kind!r} is not allowed: one of {', '.join(MODEL_KINDS)}")
-    check_family(family)
-    return A_TABLE[(model_kind, family)]
-
-
-def check_family(family: str) -> None:
-    """ValueError unless ``family`` is a task family of the law (``TASK_FAMILIES``)."""
-    if family not in TASK_FAMILIES:
-        raise ValueError(f"family = {family!r} is not allowed: one of {', '.join(TASK_FAMILIES)}")
 
 
 # -- σ (Thm 4.2, Thm 4.6) -----------------------------------------------------------
@@ -128,80 +93,7 @@ def _threshold(vocab_size, form: str):
     return np.asarray(m_v(vocab_size) if form == "eq20" else sqrt_2_log_v(vocab_size))
 
 
-# -- eq. 19 and its top-k extension, by quadrature ----------------------------------
-
-_GL_X, _GL_W = np.polynomial.legendre.leggauss(8)
-# panels per segment of the window: left of the transition, the transition, right of it
-_PANELS = (6, 28, 12)
-
-
-def _segment(lo, hi, panels):
-    """Composite 8-point Gauss-Legendre nodes and weights on [lo, hi] (arrays, broadcast)."""
-    t = np.linspace(0.0, 1.0, panels + 1)
-    edges = lo[..., None] + (hi - lo)[..., None] * t
-    half = 0.5 * (edges[..., 1:] - edges[..., :-1])
-    mid = 0.5 * (edges[..., 1:] + edges[..., :-1])
-    nodes = mid[..., None] + half[..., None] * _GL_X
-    weights = half[..., None] * _GL_W
-    shape = lo.shape + (panels * len(_GL_X),)
-    return nodes.reshape(shape), weights.reshape(shape)
-
-
-def _max_cdf(y, n, k):
-    """(F(y), 1 − F(y)): P(fewer than k of n standard normals exceed y), and its complement.
-
-    k = 1: F = Φ(y)^n in log space (eq. 19).  k > 1: the binomial CDF
-    P(Binom(n, Φ̄(y)) ≤ k − 1) as a regularized incomplete beta (``bdtr``/``bdtrc``).
-    """
-    if np.all(k == 1):
-        log_f = n * special.log_ndtr(y)
-        return np.exp(log_f), -np.expm1(log_f)
-    y, n, k = np.broadcast_arrays(y, n, k)
-    ni = np.rint(n).astype(np.int64)
-    ki = np.rint(k).astype(np.int64) - 1
-    q = special.ndtr(-y)
-    always = ki >= ni
-    f = np.where(always, 1.0, special.bdtr(np.minimum(ki, ni), ni, q))
-    f_c = np.where(always, 0.0, special.bdtrc(np.minimum(ki, ni), ni, q))
-    return f, f_c
-
-
-def _quadrature(inv_sig, vocab_size, top_k):
-    """(p, 1 − p) of the Gaussian model, both to full relative precision.
-
-    With x = 1 + σz the integrand of eq. 19 becomes φ(z)·F(z + s), s = 1/σ, where F is
-    the CDF of the largest of the V − 1 wrong read-outs (for top-k: of the k-th largest,
-    F(y) = P(Binom(V−1, Φ̄(y)) ≤ k − 1)).  F is a step of width ≈ 1/√(2 log V) at its
-    median y_med, and negligible (< e^-50) below y_lo; both are placed with the Poisson
-    approximation of the binomial count.  The window [max(y_lo − s, −12), 12] is split
-    into three segments, with the fine one (width 7, panels of 0.25) over the step, and
-    each segment gets fixed Gauss-Legendre panels, so every point of a vectorized call
-    has the same number of nodes.  The rest of the real line holds less than e^-50 of
-    p, and of 1 − p what :math:`Φ(z_lo)(1 − F(z_lo + s))` accounts for.
-    """
-    s, v, k = np.broadcast_arrays(np.asarray(inv_sig, float), np.asarray(vocab_size, float),
-                                  np.asarray(top_k, float))
-    n = v - 1.0  # wrong coordinates
-    lam_lo = special.pdtri(k - 1, math.exp(_LOG_TINY))
-    lam_med = special.pdtri(k - 1, 0.5)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        y_lo = np.where(lam_lo < n, -special.ndtri(np.minimum(lam_lo / n, 1.0)), -np.inf)
-        y_med = -special.ndtri(np.clip(lam_med / n, 1e-300, 0.5))
-    z_lo = np.clip(y_lo - s, -12.0, None)
-    z_hi = np.maximum(12.0, z_lo + 12.0)
-    a1 = np.clip(y_med - s - 3.0, z_lo, z_hi)
-    a2 = np.clip(y_med - s + 4.0, z_lo, z_hi)
-    segs = [_segment(lo, hi, m) for (lo, hi), m in zip(((z_lo, a1), (a1, a2), (a2, z_hi)), _PANELS)]
-    z = np.concatenate([g[0] for g in segs], axis=-1)
-    w = np.concatenate([g[1] for g in segs], axis=-1)
-    log_phi = -0.5 * z * z - 0.5 * math.log(2.0 * math.pi)
-    f, f_c = _max_cdf(z + s[..., None], n[..., None], k[..., None])
-    phi = np.exp(log_phi)
-    p = np.sum(w * phi * f, axis=-1)
-    f_lo, _ = _max_cdf(z_lo + s, n, k)
-    p_fail = np.sum(w * phi * f_c, axis=-1) + special.ndtr(z_lo) * (1.0 - f_lo)
-    return np.clip(p, 0.0, 1.0), np.clip(p_fail, 0.0, 1.0)
-
+# -- the recall probability: eq. 19 (by quadrature), eq. 20, Rem 4.3 ------------------
 
 def recall_from_inverse_sigma(inv_sig, vocab_size, form: str = "eq19"):
     """Recall probability at 1/σ = ``inv_sig`` (eq. 19, eq. 20 or Rem 4.3, see module doc)."""
