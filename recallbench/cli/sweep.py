@@ -24,6 +24,10 @@ reason; it takes precedence), 3 when the time budget stopped the sweep with poin
 2 for a user error (nothing run), 130 after Ctrl-C and 143 after SIGTERM (the workers are
 stopped; finished points are kept).  A record the store cannot take (a full disk) stops the
 sweep with status 1 and one line naming the file it was saved to and the --merge command.
+
+This module parses and checks the command line and prints; what the sweep decides about
+its points before it runs them (stale results, unavailable adapters, the shared GPU, the
+points left) is :mod:`recallbench.runs.sweep_policy`.
 """
 from __future__ import annotations
 
@@ -37,6 +41,8 @@ from recallbench.runs.budget import DEFAULT_CHUNK_S, check_budget, ending
 from recallbench.runs import watchdog
 from recallbench.runs.interrupt import Terminated, sigterm_unwinds, stopped
 from recallbench.runs.sweep import MAX_POINTS
+from recallbench.runs.sweep_policy import (MAX_STALE_LINES, check_available, check_stale,
+                                           shared_gpu, store_state)
 
 #: a --dry-run of a larger grid counts it instead of resolving every point
 DRY_RUN_LIST = 2_000
@@ -161,7 +167,7 @@ def command(args) -> int:
         from recallbench.runs.grid_sweep import load_ensemble
 
         load_ensemble()  # a clear error now, not after the store is opened
-    _check_available(points, args.executor)
+    check_available(points, args.executor)
     if args.adaptive:
         from recallbench.runs.adaptive_sweep import candidates
 
@@ -171,7 +177,9 @@ def command(args) -> int:
     executor = make_executor(args.executor, workers=args.workers, address=args.address,
                              threads=args.threads_per_worker, ensemble=bool(args.ensemble),
                              gpus=args.gpus_per_worker, notify=_notify, compile=args.compile,
-                             gpu=_gpu(args, points), point_timeout=args.point_timeout)
+                             gpu=shared_gpu(args.executor, points, args.ensemble,
+                                            args.workers_per_gpu),
+                             point_timeout=args.point_timeout)
     try:
         return _run(args, points, executor, shard, header)
     finally:
@@ -262,7 +270,8 @@ def _run(args, points, executor, shard, header: str) -> int:
     st = Store(args.store, shard)
     st.open()  # takes the writer lock: a second driver on the same file stops here
     try:
-        _check_stale(points, st, args.refuse_stale)
+        # the bound is this module's MAX_STALE_LINES, looked up at each call
+        check_stale(points, st.read(), args.refuse_stale, _say, MAX_STALE_LINES)
     except ConfigError:
         st.close()
         raise
@@ -285,34 +294,6 @@ def _run(args, points, executor, shard, header: str) -> int:
     return status
 
 
-#: stale configs named one per line; the rest are counted in one more line
-MAX_STALE_LINES = 10
-
-
-def _check_stale(points, st, refuse: bool) -> None:
-    """Warn about (or, with --refuse-stale, refuse) stored results of these configs made by
-    other adapter source: bounded, one line per config.  They are kept, not rerun."""
-    from recallbench.runs.store import stale_points
-
-    stale = stale_points(points, st.read())
-    if not stale:
-        return
-    what = "refusing" if refuse else "warning"
-    for p, rec in stale[:MAX_STALE_LINES]:
-        prov = rec["provenance"]
-        print(f"recallbench: {what}: {p.hash[:12]} {p.label()}: stored result made by other "
-              f"{p.adapter} source ({prov.get('distribution')} {prov.get('version')}, source "
-              f"{str(prov['source_sha256'])[:12]})", file=sys.stderr)
-    if len(stale) > MAX_STALE_LINES:
-        print(f"recallbench: {what}: ... and {len(stale) - MAX_STALE_LINES} more configs",
-              file=sys.stderr)
-    if refuse:
-        raise ConfigError(f"--refuse-stale: {len(stale)} stored results of this sweep were made "
-                          f"by other adapter source; use a new --store to rerun them")
-    print(f"recallbench: {len(stale)} stored results made by other adapter source are kept, "
-          f"not rerun (--refuse-stale stops instead; a new --store reruns them)", file=sys.stderr)
-
-
 def _drive(args, points, st, executor, echo, header: str) -> dict:
     """The sweep's or the adaptive search's run counts."""
     if args.adaptive:
@@ -327,29 +308,21 @@ def _drive(args, points, st, executor, echo, header: str) -> dict:
                      time_budget=args.time_budget)
 
 
-def _gpu(args, points):
-    """The GPU the workers of --executor processes share, or None (the CPUs bound them)."""
-    if args.executor != "processes":
-        return None
-    from recallbench.runs.gpu_share import check_per_gpu, sweep_gpu
-
-    check_per_gpu(args.workers_per_gpu)
-    return sweep_gpu(points, args.ensemble, args.workers_per_gpu)
-
-
 def _notify(message: str) -> None:
     """What an executor says at once when it stops its workers early."""
     print(f"recallbench: {message}", file=sys.stderr, flush=True)
 
 
+def _say(line: str) -> None:
+    """A warning line on standard error."""
+    print(line, file=sys.stderr)
+
+
 def _dry_run(args, points, header: str) -> int:
     from recallbench.runs.store import read_store
 
-    state = {}
-    if args.store:
-        contents = read_store(args.store)
-        state = {h: r.get("status") for h, r in contents.by_hash.items()}
-    counts = Counter(state.get(p.hash, "pending") for p in points)
+    contents = read_store(args.store) if args.store else None
+    state, counts, left = store_state(points, contents, args.retry_failed)
     print(header.rstrip("; ")
           + (f"; store {args.store}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
              if args.store else ""))
@@ -357,8 +330,6 @@ def _dry_run(args, points, header: str) -> int:
         status = state.get(p.hash, "pending") if args.store else ""
         print(f"  {p.hash[:12]}  {status:<8} {p.label()}" if args.store
               else f"  {p.hash[:12]}  {p.label()}")
-    left = [p for p in points if state.get(p.hash) != "ok"
-            and (args.retry_failed or state.get(p.hash) != "failed")]
     print(f"{len(left)} points left to run")
     if args.step_ms is not None:
         from recallbench.runs.budget import estimate
@@ -388,16 +359,3 @@ def _dry_run_counts(args, sweep, size: int) -> int:
     if args.step_ms is not None:
         print("no estimate: the points of a grid this large are not resolved here")
     return 0
-
-
-def _check_available(points, executor: str) -> None:
-    """Adapters that cannot run on this machine stop the sweep before any work.
-
-    Skipped for Ray, whose workers may run where the driver cannot (a GPU cluster).
-    """
-    if executor == "ray":
-        return
-    from recallbench.api.registry import ADAPTERS
-
-    for name in sorted({p.adapter for p in points}):
-        ADAPTERS.require(name)
