@@ -1,6 +1,7 @@
 """The layout is the architecture: these tests keep it readable.
 
 * the core (``recallbench/``) is grouped by role: few modules at its top, none too long;
+* its packages are layered, and no module imports one of a higher layer (:data:`LAYERS`);
 * the core names no plugin: no string literal in it is a task's or adapter's name, or a
   library's, apart from the config's defaults and the law's own vocabulary (README.md,
   "Architecture");
@@ -19,7 +20,7 @@ from recallbench import ADAPTERS, TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "recallbench"
-MAX_LINES = 500
+MAX_LINES = 450
 MAX_TOP_MODULES = 12
 DEFAULTS_MODULE = CORE / "api" / "config.py"  # the config's defaults name one task and adapter
 
@@ -43,6 +44,120 @@ def test_core_is_grouped_by_role():
                                                   *ROOT.glob("adapters/**/*.py")]
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+# -- layers ------------------------------------------------------------------------------
+
+#: The core's packages, lowest first.  A module may import its own layer and the ones below,
+#: never one above: the contracts (api) know nothing of a run, one run (harness), the law
+#: and the probe know nothing of sweeps and stores (runs), those know nothing of
+#: leaderboards or the pytest plugin, and nothing but the command line imports the cli.
+#: The package itself (``recallbench/__init__.py``) re-exports the contracts: layer 0.
+LAYERS = {"api": 0, "harness": 1, "law": 1, "probe": 1, "runs": 2,
+          "leaderboard": 3, "pytest_plugin": 3, "cli": 4}
+TOP = 0
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(source: str, module: str, is_package: bool = False):
+    """(line, dotted name) of every module an import in ``source`` names, at module level
+    or inside a function; ``from X import a`` names ``X.a`` as well (``a`` may be a module),
+    relative imports are resolved against ``module``."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = module.split(".") if is_package else module.split(".")[:-1]
+                here = here[:len(here) - (node.level - 1)]
+                base = ".".join([*here, base] if base else here)
+            yield node.lineno, base
+            for alias in node.names:
+                yield node.lineno, f"{base}.{alias.name}"
+
+
+def layer_of(name: str) -> int | None:
+    """The layer of a core module (``recallbench.<package>...``), TOP for the package itself
+    and its own modules; None outside the core (numpy) and for a name the package exports
+    (``from recallbench import TASKS``).  Any other name under ``recallbench`` is -1: a
+    plugin package (``recallbench.tasks``) or a package missing from LAYERS."""
+    import recallbench
+
+    parts = name.split(".")
+    if parts[0] != "recallbench":
+        return None
+    if len(parts) == 1 or (CORE / f"{parts[1]}.py").is_file():
+        return TOP
+    if parts[1] in LAYERS:
+        return LAYERS[parts[1]]
+    return None if parts[1] in recallbench.__all__ else -1
+
+
+def layer_violations(path: Path, source: str | None = None) -> list[str]:
+    """What a core module imports against the layering: a higher layer, or a plugin."""
+    rel = path.relative_to(CORE).parts
+    own = LAYERS[rel[0]] if len(rel) > 1 else TOP
+    module = _module_name(path)
+    bad: dict[int, str] = {}  # line -> the shortest name it imports against the layering
+    for line, name in imported_modules(path.read_text() if source is None else source,
+                                       module, path.name == "__init__.py"):
+        layer = layer_of(name)
+        if (layer == -1 or (layer is not None and layer > own)) \
+                and len(name) < len(bad.get(line, name + ".")):
+            bad[line] = name
+    found = []
+    for line, name in sorted(bad.items()):
+        layer = layer_of(name)
+        why = ("the core imports no plugin, and no package missing from LAYERS" if layer == -1
+               else f"layer {layer} ({name.split('.')[1]}) above its own {own}")
+        found.append(f"{path.relative_to(ROOT)}:{line} imports {name}: {why}")
+    return found
+
+
+def test_layers_name_every_core_package():
+    packages = {p.parent.name for p in CORE.glob("*/__init__.py")}
+    assert packages == set(LAYERS), (f"core packages missing from LAYERS: {packages - set(LAYERS)}; "
+                                     f"in LAYERS but absent: {set(LAYERS) - packages}")
+
+
+def test_no_core_module_imports_a_higher_layer():
+    found = [v for path in core_modules() for v in layer_violations(path)]
+    assert not found, "imports against the layering (LAYERS):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("code", [
+    "import recallbench.cli",
+    "import recallbench.cli.main as m",
+    "from recallbench.cli import sweep",
+    "from recallbench import cli",
+    "def f():\n    from recallbench.cli.sweep import command\n",
+    "from ..cli import sweep",
+    "from recallbench.runs.store import Store",
+    "from recallbench.tasks import mqar",
+])
+def test_the_layer_check_sees_every_kind_of_import(code):
+    """An import of a higher layer (or of a plugin), written any way, is found."""
+    law_module = CORE / "law" / "fit.py"
+    assert layer_violations(law_module, code), code
+
+
+@pytest.mark.parametrize("code", [
+    "import numpy as np",
+    "from recallbench.api.errors import ConfigError",
+    "from recallbench import TASKS, ADAPTERS, resolve",
+    "from recallbench.law import theory",
+    "from .binomial import _nll",
+    "from recallbench.harness.metrics import accuracy",
+])
+def test_the_layer_check_lets_lower_and_own_layers_be(code):
+    law_module = CORE / "law" / "fit.py"
+    assert layer_violations(law_module, code) == [], code
 
 
 def _string_literals(tree: ast.AST):
