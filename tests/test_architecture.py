@@ -20,7 +20,7 @@ from recallbench import ADAPTERS, TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "recallbench"
-MAX_LINES = 450
+MAX_LINES = 400
 MAX_TOP_MODULES = 12
 DEFAULTS_MODULE = CORE / "api" / "config.py"  # the config's defaults name one task and adapter
 
