@@ -7,13 +7,15 @@ render, naming the first refused file, when any fails; it then ranks one row per
 (:func:`render_markdown`, every interpolated string escaped by ``markdown``), the
 accuracy-vs-state plot (``plot.render_plot``) and the
 suite's web page, index.html (``page``); with ``check`` it only compares README.md and the
-page with what it would write.
+page with what it would write.  A capacity suite's board (cards, not a grid) is rendered
+by ``capacity_board`` instead.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Mapping
 
+from recallbench.leaderboard import capacity_board
 from recallbench.leaderboard.board import valid_board
 from recallbench.leaderboard.markdown import code, md
 from recallbench.leaderboard.page import PAGE, stale_page, write_page
@@ -117,6 +119,8 @@ def render(suite_dir: str | Path, *, check: bool = False, plot: bool = True
     """
     suite = load_suite(suite_dir)
     subs = valid_board(suite.dir)
+    if suite.is_capacity:  # cards, not grid scores: ranked per budget (capacity_board)
+        return capacity_board.render(suite, subs, check=check, plot=plot)
     rows = leaderboard_rows(suite, subs)
     text = render_markdown(suite, rows)
     if check:

@@ -15,7 +15,9 @@ writes, into an output folder:
 
 The capacity interval is the scorer's own capacity (``fit.capacity_report``) at the ends
 of the fitted N_eff interval (N_f* grows with N_eff).  A model whose state grows with L
-(attention: S null) gets S_eff and N_f* but no ratio, as in the scorer's report.
+(attention: S null) gets S_eff and N_f* but no ratio, as in the scorer's report.  A
+capacity suite's table comes from its cards instead (``capacity_board.state_rows``: S,
+S_eff and S_eff/S per budget, measured or a bound; the figure :func:`cards_figure`).
 """
 from __future__ import annotations
 
@@ -23,11 +25,13 @@ import json
 import math
 import os
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
 
 from recallbench.api.canonical import plain
 from recallbench.api.errors import ConfigError
+from recallbench.leaderboard import capacity_board
 from recallbench.leaderboard.board import valid_board
 from recallbench.leaderboard.scoring import config_entry, point_records, score_records
 from recallbench.leaderboard.suite import SUBMISSIONS_DIR, Suite, load_suite
@@ -251,6 +255,48 @@ def states_figure(rows: list[dict], path: Path, title: str) -> Path:
     return path
 
 
+def cards_figure(suite: Suite, rows: list[dict], path: Path) -> Path:
+    """A capacity suite's S_eff/S per budget and model (``capacity_board.state_rows``):
+    measured with its interval; a bound as an open triangle with an arrow, never a point."""
+    from matplotlib.figure import Figure
+
+    names = [b["name"] for b in suite.budgets]
+    shown = [r for r in rows if r["ratio"] and r["ratio"].get("ci")]
+    models = list(dict.fromkeys(r["model"] for r in shown))
+    drawn = [r["ratio"]["ci"][0 if r["bound"] == "lower" else 1] for r in shown]  # a bound's end
+    top = max([x for x in drawn if x is not None and math.isfinite(x)] + [0.1])
+    arrow = 0.15 * top
+    fig = Figure(figsize=(max(4.5, 1.5 * len(names) + 2), 4), dpi=120)
+    ax = fig.subplots()
+    for i, m in enumerate(models):
+        ax.plot([], [], "o", color=f"C{i % 10}", label=m)
+    for r in shown:
+        i = models.index(r["model"])
+        x = names.index(r["budget"]) + (i - (len(models) - 1) / 2) * 0.6 / len(models)
+        kw = {"color": f"C{i % 10}"}
+        (lo, hi), v = r["ratio"]["ci"], r["ratio"].get("value")
+        if r["bound"] == "lower" or (r["bound"] == "upper" and hi is not None):
+            y, dy = (lo, arrow) if r["bound"] == "lower" else (hi, -min(arrow, hi))
+            ax.plot([x], [y], "^" if dy > 0 else "v", mfc="none", **kw)
+            ax.annotate("", xy=(x, y + dy), xytext=(x, y), arrowprops={"arrowstyle": "->", **kw})
+        elif r["status"] == "measured":
+            ax.errorbar([x], [v], yerr=[[v - lo], [hi - v]], fmt="o", capsize=4, **kw)
+        elif hi is not None:  # a bound with no side: its interval, open, not a measurement
+            ax.errorbar([x], [(lo + hi) / 2], yerr=[[(hi - lo) / 2]], fmt="o", mfc="none",
+                        capsize=4, **kw)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_xlim(-0.6, len(names) - 0.4)
+    ax.set_ylim(0, top + 1.5 * arrow)  # room for a lower bound's arrow
+    ax.set_ylabel("S_eff / S (open, arrow: a bound)")
+    ax.set_title(f"{suite.name}: S_eff/S per budget, {suite.scoring['level'] * 100:g}% intervals",
+                 fontsize=9)
+    if models:
+        ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None})
+    return path
+
+
 def check_out_dir(out: Path) -> None:
     """ConfigError (one line naming --out) unless ``out`` is, or can be made, a writable folder."""
     if out.exists() and not out.is_dir():
@@ -284,18 +330,28 @@ def write_states(suite_dir: str | Path, out: str | Path, view: str = "mean",
     subs = valid_board(suite.dir)
     if not subs:
         raise ConfigError(f"{suite_dir}: no submissions in {suite.dir / SUBMISSIONS_DIR}")
-    rows = state_rows(suite, subs, view)
     sc = suite.scoring
-    data = {"schema": SCHEMA, "suite": suite.name, "view": view, "delta": sc["delta"],
-            "level": sc["level"], "form": sc["form"], "command": command,
-            "note": NO_STATE_NOTE, "submissions": rows}
+    if suite.is_capacity:  # from the cards, not the grid scorer (capacity_board)
+        rows = capacity_board.state_rows(capacity_board.card_rows(suite, subs))
+        data = {"schema": SCHEMA, "suite": suite.name, "view": "card (best of seeds)",
+                "level": sc["level"], "command": command, "note": capacity_board.STATES_NOTE,
+                "cards": rows}
+        text, what = capacity_board.states_markdown(suite, rows, command), "card(s)"
+        figure = partial(cards_figure, suite, rows)
+    else:
+        rows = state_rows(suite, subs, view)
+        data = {"schema": SCHEMA, "suite": suite.name, "view": view, "delta": sc["delta"],
+                "level": sc["level"], "form": sc["form"], "command": command,
+                "note": NO_STATE_NOTE, "submissions": rows}
+        text, what = render_readme(suite, rows, view, command), "submission(s)"
+        figure = partial(states_figure, rows, title=f"{suite.name}: pooled S_eff/S ({view}), "
+                                                    f"{sc['level'] * 100:g}% intervals")
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / STATES_JSON).write_text(json.dumps(plain(data), indent=2) + "\n", encoding="utf-8")
-        (out / STATES_MD).write_text(render_readme(suite, rows, view, command), encoding="utf-8")
-        states_figure(rows, out / STATES_PNG, f"{suite.name}: pooled S_eff/S ({view}), "
-                                              f"{sc['level'] * 100:g}% intervals")
+        (out / STATES_MD).write_text(text, encoding="utf-8")
+        figure(out / STATES_PNG)
     except OSError as exc:
         raise ConfigError(f"--out {out}: cannot write ({exc.strerror or type(exc).__name__})") from None
-    return [f"wrote {out / name} ({len(rows)} submission(s))" if name == STATES_JSON
+    return [f"wrote {out / name} ({len(rows)} {what})" if name == STATES_JSON
             else f"wrote {out / name}" for name in (STATES_JSON, STATES_MD, STATES_PNG)]
