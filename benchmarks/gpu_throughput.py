@@ -84,7 +84,7 @@ def pool(workers: int, device: str, cfgs: list[dict]):
     if device == "cpu":
         return Processes(workers, 1)
     from recallbench.api.config import resolve
-    from recallbench.harness.ensemble_memory import ensemble_bytes
+    from recallbench.harness.ensemble.memory import ensemble_bytes
 
     need = ensemble_bytes(resolve(cfgs[0]), 1, on_device=True)
     gpu = GpuRuns(device, need, check_per_gpu(max(workers, 16)))

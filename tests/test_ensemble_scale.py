@@ -8,10 +8,10 @@ import torch
 
 from recallbench.api.config import resolve
 from recallbench.api.errors import ConfigError
-from recallbench.harness import ensemble_compile
 from recallbench.harness.ensemble import chunks, run_ensemble
-from recallbench.harness.ensemble_compile import CompileFallbackWarning
-from recallbench.harness.ensemble_memory import ensemble_bytes, members_that_fit
+from recallbench.harness.ensemble import compile as ensemble_compile
+from recallbench.harness.ensemble.compile import CompileFallbackWarning
+from recallbench.harness.ensemble.memory import ensemble_bytes, members_that_fit
 from recallbench.harness.module import RecallModule
 from recallbench.harness.train import run
 
@@ -78,12 +78,12 @@ def test_members_that_fit_bisects_the_estimate():
 
 
 def test_ensemble_too_big_trains_in_chunks_with_the_same_numbers(monkeypatch):
-    from recallbench.harness import ensemble
+    from recallbench.harness.ensemble import run as ensemble_run
 
     configs = [cfg(k) for k in range(7)]
     whole, whole_curves = curves_of(configs)
     room = ensemble_bytes(resolve(configs[0]), 3)
-    monkeypatch.setattr(ensemble, "available", lambda device: room)
+    monkeypatch.setattr(ensemble_run, "available", lambda device: room)
     parts, part_curves = curves_of(configs)
     assert [r["ensemble"] for r in parts] == [3, 3, 3, 3, 3, 3, 1]
     assert_same(parts, part_curves, whole, whole_curves)

@@ -112,7 +112,7 @@ def test_unreadable_gpu_memory_is_one_line(gpu, monkeypatch):
 
 
 def test_sweep_estimates_its_largest_item(gpu, tmp_path):
-    from recallbench.harness.ensemble_memory import ensemble_bytes
+    from recallbench.harness.ensemble.memory import ensemble_bytes
     from recallbench.runs.gpu_share import sweep_gpu
     from recallbench.runs.sweep import load_sweep
 

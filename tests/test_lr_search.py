@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from recallbench.api.config import AUTO_LRS, resolve
-from recallbench.harness import ensemble_model, lr_candidates, lr_search, single, train
+from recallbench.harness import lr_candidates, lr_search, single, train
+from recallbench.harness.ensemble import model as ensemble_model
 from recallbench.harness.module import DivergedError
 from recallbench.runs.sweep import Sweep
 

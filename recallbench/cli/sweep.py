@@ -229,7 +229,7 @@ def _check_arguments(args) -> None:
     if args.workers_per_gpu is not None and args.executor != "processes":
         raise ConfigError("--workers-per-gpu is for --executor processes")
     if args.compile is not None:
-        from recallbench.harness.ensemble_compile import check_mode
+        from recallbench.harness.ensemble.compile import check_mode
 
         check_mode(args.compile)
         if not args.ensemble or args.executor == "ray":

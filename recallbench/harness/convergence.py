@@ -1,6 +1,6 @@
 """When a run stops, and whether it converged: one validation history, kept the same way
 by the single run (:class:`recallbench.harness.module.RecallModule`) and by each member of
-a batched ensemble (:mod:`recallbench.harness.ensemble_train`).
+a batched ensemble (:mod:`recallbench.harness.ensemble.train`).
 
 Every validation adds ``(step, accuracy)``.  The run stops
 

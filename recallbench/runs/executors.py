@@ -39,7 +39,7 @@ EXECUTORS = ("inprocess", "processes", "ray")
 class InProcess:
     """One item after another in this process.  ``runner`` and ``reraise``: see
     :func:`recallbench.runs.worker.run_configs` (a leaderboard run passes its own);
-    ``compile``: the ensembles' compile mode (:mod:`recallbench.harness.ensemble_compile`)."""
+    ``compile``: the ensembles' compile mode (:mod:`recallbench.harness.ensemble.compile`)."""
 
     name = "inprocess"
 

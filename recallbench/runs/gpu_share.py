@@ -12,7 +12,7 @@ runs several workers on the same device when the sweep's runs train on a GPU
 * the workers must fit in the GPU's free memory together: each holds a CUDA context
   (:data:`CONTEXT_BYTES`, an allowance, not measured here) and its largest work item (the
   run's device memory by :func:`recallbench.harness.resources.estimate`, K members' for
-  an ensemble by :mod:`recallbench.harness.ensemble_memory`); more is refused in one line
+  an ensemble by :mod:`recallbench.harness.ensemble.memory`); more is refused in one line
   that says how many fit;
 * the driver creates no CUDA context: the free memory is read by a short-lived spawned
   process (:func:`probe_free`), and each worker, started by spawn, makes its own and
@@ -57,11 +57,11 @@ def sweep_gpu(points: list, ensemble: int | None, per_gpu: int | None = None) ->
     One config is resolved per distinct cell (the axes less those that do not change the
     memory: the seed, and with ``ensemble`` every per-member key), not one per point.
     """
-    from recallbench.harness.ensemble_memory import ensemble_bytes
+    from recallbench.harness.ensemble.memory import ensemble_bytes
 
     member = {"train.seed"}
     if ensemble:  # the driver loads the ensemble module anyway (its shape_key)
-        from recallbench.harness.ensemble_shape import MEMBER_KEYS
+        from recallbench.harness.ensemble.shape import MEMBER_KEYS
 
         member = {f"train.{k}" for k in MEMBER_KEYS}
     cells: dict[str, list] = {}

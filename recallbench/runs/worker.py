@@ -88,7 +88,7 @@ def run_configs(configs: list[dict], threads: int | None = None, ensemble: bool 
     ``configs`` are canonical config dicts (``RunConfig.to_dict()``), resolved here again.
     ``runner(cfg, progress=False)`` runs one point (default :func:`recallbench.harness.train.run`);
     exceptions of the types in ``reraise`` are not recorded but propagate.  ``compile``:
-    an ensemble's compile mode (:mod:`recallbench.harness.ensemble_compile`).
+    an ensemble's compile mode (:mod:`recallbench.harness.ensemble.compile`).
     """
     from recallbench.api.config import resolve
 

@@ -4,7 +4,7 @@ Built on the single run's estimate (:func:`recallbench.harness.resources.estimat
 member holds its own parameters and optimizer state and its own training batch's
 activations (the stacked step runs all K at once), while the validation and test sets are
 shared and scoring splits its 512 sequences among the members
-(:meth:`~recallbench.harness.ensemble_model.StackedModels.score`), so the sets and the
+(:meth:`~recallbench.harness.ensemble.model.StackedModels.score`), so the sets and the
 evaluation batch count once.  :func:`members_that_fit` is how
 :func:`recallbench.harness.ensemble.run_ensemble` chunks an ensemble too big for the
 device (K = 64 of a large cell) into consecutive smaller ones.

@@ -17,7 +17,7 @@ from recallbench.api.config import RunConfig
 from recallbench.api.errors import reason
 from recallbench.api.task import IGNORE
 from recallbench.harness.data import TEST_STREAM, VAL_STREAM, fixed_set
-from recallbench.harness.ensemble_shape import EnsembleError
+from recallbench.harness.ensemble.shape import EnsembleError
 from recallbench.harness.linear_ce import linear_cross_entropy
 from recallbench.harness.model import RecallModel
 from recallbench.harness.prepare import build_model

@@ -1,4 +1,4 @@
-"""The training loop of a batched ensemble (:class:`~recallbench.harness.ensemble_model.StackedModels`).
+"""The training loop of a batched ensemble (:class:`~recallbench.harness.ensemble.model.StackedModels`).
 
 Every step: each active member draws its own batch (its single run's stream), the stacked
 forward gives each member's mean label-smoothed cross-entropy, one backward pass gives
@@ -22,8 +22,8 @@ from recallbench.api.config import RunConfig
 from recallbench.api.task import IGNORE
 from recallbench.harness.convergence import History, guess_of
 from recallbench.harness.data import TRAIN_STREAM, make_generator
-from recallbench.harness.ensemble_compile import Compiled
-from recallbench.harness.ensemble_model import StackedModels, Tensors, take
+from recallbench.harness.ensemble.compile import Compiled
+from recallbench.harness.ensemble.model import StackedModels, Tensors, take
 from recallbench.harness.schedule import warmup_flat_cosine
 
 ADAM_EPS = 1e-8  # torch.optim.AdamW's default, which the single run uses
@@ -164,7 +164,7 @@ def _validate(ens: StackedModels, out: Outcome, step: int, members: list[int], t
 def train(ens: StackedModels, show: bool = False, on_step=None,
           compile: str | None = None) -> Outcome:
     """Train every member to its end; the members' best weights are restored in ``ens``.
-    ``compile``: a mode of :data:`~recallbench.harness.ensemble_compile.COMPILE_MODES`
+    ``compile``: a mode of :data:`~recallbench.harness.ensemble.compile.COMPILE_MODES`
     for the vmapped blocks, or None (plain)."""
     cfgs, K, dev = ens.cfgs, ens.K, ens.device
     tc, task = cfgs[0].train, cfgs[0].task
