@@ -144,6 +144,26 @@ def test_the_time_budget_stops_before_a_cell_that_cannot_fit():
     assert clock[0] <= 700  # it never started a cell it could not finish
 
 
+def test_a_cpu_budget_counts_the_runs_cpu_time_reused_ones_included():
+    """budget_s in CPU seconds: the runs' cpu_s, wall time aside; a resumed search counts
+    what the store already spent, so it stops at the same cell as one uninterrupted."""
+    def costly(cfgs):
+        recs = simulated(8.0)(cfgs)
+        for r in recs:
+            r["cpu_s"] = 10.0 * r["config"]["task"]["seq_len"]
+        return recs
+
+    whole = capacity.measure(BASE, run_cell=costly, budget_s=4000, cpu=True, say=lambda s: None,
+                             clock=lambda: 0.0)
+    assert whole.stopped == "time budget"
+    assert sum(r["cpu_s"] for r in whole.records) <= 4000
+    first = whole.records[:2]  # an interrupted run: its first cell in the store
+    resumed = capacity.measure(BASE, run_cell=costly, budget_s=4000, cpu=True,
+                               done={r["config_hash"]: r for r in first}, say=lambda s: None)
+    assert [r["config_hash"] for r in resumed.records] == \
+        [r["config_hash"] for r in whole.records]
+
+
 def test_a_rerun_reuses_the_store_and_trains_nothing():
     first = simulated(8.0)
     res = capacity.measure(BASE, run_cell=first, budget_s=1e9, say=lambda s: None)

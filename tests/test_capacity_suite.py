@@ -139,7 +139,7 @@ def test_an_edit_without_re_signing_is_refused(board):
     ({"num_facts": [4, 8]}, "a capacity suite has no num_facts"),
     ({"task": {"name": "ar", "vocab_size": 512}}, "task.name must be mqar"),
     ({"capacity": {"max_cells": 0}}, r"capacity.max_cells = 0 is not allowed"),
-    ({"capacity": {"cells": 3}}, "capacity must be a mapping of max_cells, time_budget_min"),
+    ({"capacity": {"cells": 3}}, "capacity must be a mapping of cpu_budget_min, max_cells"),
     ({"seq_len_per_fact": 8}, "seq_len_per_fact: 4"),
 ])
 def test_a_bad_capacity_suite_is_one_line(tmp_path, change, message):

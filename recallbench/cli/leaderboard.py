@@ -185,8 +185,8 @@ def _run_capacity(args, suite, extra) -> int:
         flag = "--dry-run" if args.dry_run else "--limit" if args.limit is not None \
             else "--time-budget"
         raise ConfigError(f"{flag} is not for a capacity suite ({suite.name}): its search "
-                          "has its own time budget per budget (suite.yaml capacity."
-                          "time_budget_min); `recallbench capacity --dry-run` gives the ETA")
+                          "has its own CPU budget per budget (suite.yaml capacity."
+                          "cpu_budget_min); `recallbench capacity --dry-run` gives the ETA")
     workers = args.workers or 1
     if not 1 <= workers <= (os.cpu_count() or 1):
         raise ConfigError(f"--workers {workers} is not allowed: must be in "

@@ -182,7 +182,7 @@ def _intro_items(suite: Suite) -> list[tuple[str, str]]:
                      f"search, from {lo} to {hi}"),
             ("budgets", budgets),
             ("recipe", f"{recipe}; {suite.lr_text()}; seeds {', '.join(map(str, suite.seeds))}"),
-            ("search", f"at most {cap['max_cells']} cells and {cap['time_budget_min']:g} min per "
+            ("search", f"at most {cap['max_cells']} cells and {cap['cpu_budget_min']:g} CPU-min per "
                        f"budget; best of seeds per cell; S_eff fitted with the law ({sc['form']}), "
                        f"δ = {sc['delta']}, {int(sc['level'] * 100)}% intervals")]
 

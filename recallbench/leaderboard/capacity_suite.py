@@ -38,8 +38,9 @@ def budget_base(suite: Suite, adapter: str, budget: Mapping,
     return resolve(suite.point_config(adapter, point, model_extra)).to_dict()
 
 
-def time_budget_s(suite: Suite) -> float:
-    return float(suite.capacity["time_budget_min"]) * 60.0
+def cpu_budget_s(suite: Suite) -> float:
+    """The CPU seconds a card's runs may take (``capacity.cpu_budget_min``)."""
+    return float(suite.capacity["cpu_budget_min"]) * 60.0
 
 
 def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
@@ -55,10 +56,10 @@ def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
         base = budget_base(suite, adapter, b, model_extra)
         log(f"suite {suite.name}, adapter {adapter}, budget {b['name']}: capacity search, "
             f"at most {suite.capacity['max_cells']} cells and "
-            f"{suite.capacity['time_budget_min']:g} min")
-        result = capacity.run(base, seeds=suite.seeds, store=store, budget_s=time_budget_s(suite),
+            f"{suite.capacity['cpu_budget_min']:g} CPU-min")
+        result = capacity.run(base, seeds=suite.seeds, store=store, budget_s=cpu_budget_s(suite),
                               max_cells=int(suite.capacity["max_cells"]), workers=workers,
-                              delta=float(suite.scoring["delta"]), say=log)
+                              delta=float(suite.scoring["delta"]), say=log, cpu=True)
         cards[b["name"]] = result.card
         log(f"  {b['name']}: {result.card['status']} ({result.stopped})")
     return cards

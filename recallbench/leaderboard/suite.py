@@ -22,12 +22,14 @@ A suite (``leaderboards/<suite>/suite.yaml``, schema ``recallbench.suite/1``)::
                                          # (guess: judge cells against the guess level;
                                          # false when absent, the scoring of older suites)
     retired: "superseded by ..."        # optional: no new runs or submissions
-    capacity: {max_cells: 12, time_budget_min: 20}  # a capacity suite (below)
+    capacity: {max_cells: 12, cpu_budget_min: 30}  # a capacity suite (below)
 
 A **capacity suite** (``capacity`` set; no ``num_facts``) measures each (adapter, budget) by
 ``recallbench capacity``'s search (:mod:`recallbench.runs.capacity`): MQAR at the suite's V,
 L = 4·N_f (``seq_len_per_fact: 4``), the N_f the search places, every seed, until the card
-is measured or ``max_cells`` / ``time_budget_min`` (wall minutes per budget) stop it.  A
+is measured or ``max_cells`` / ``cpu_budget_min`` stop it (CPU minutes of a card's runs,
+those reused from the store included: not wall time, so a shared machine or a resumed run
+stops the search at the same cell).  A
 point is (budget, N_f, seed) with N_f from 2 to V/2 − 1; a submission's budget carries the
 capacity card (``law.card``) built from its points, which validation rebuilds.  An adapter
 that trains nothing (``trainable = False``) runs at lr 0.01 instead of the searched list.
@@ -72,7 +74,7 @@ SUITE_KEYS = {"schema", "name", "title", "description", "task", "num_facts", "bu
               "seq_len_per_fact", "capacity"}
 RECIPE_KEYS = ("task", "num_facts", "budgets", "adapters", "train", "lr", "seeds", "seq_len_per_fact",
                "capacity")
-CAPACITY_KEYS = {"max_cells": (1, 64), "time_budget_min": (0.1, 7 * 24 * 60)}
+CAPACITY_KEYS = {"max_cells": (1, 64), "cpu_budget_min": (0.1, 7 * 24 * 60)}
 SUITE_BUDGET_KEYS = {"name", "model", "adapters", "description"}
 
 
@@ -101,8 +103,8 @@ class Suite:
 
     @property
     def capacity(self) -> dict:
-        """A capacity suite's search settings: max_cells, time_budget_min."""
-        return {"max_cells": 12, "time_budget_min": 60.0, **(self.data.get("capacity") or {})}
+        """A capacity suite's search settings: max_cells, cpu_budget_min."""
+        return {"max_cells": 12, "cpu_budget_min": 60.0, **(self.data.get("capacity") or {})}
 
     def facts_range(self) -> tuple[int, int]:
         """The N_f a capacity suite's points may take: 2 to V/2 − 1 (the keys of V)."""

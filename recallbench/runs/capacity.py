@@ -128,12 +128,14 @@ class Result:
 def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s: float = 3600.0,
             run_cell: Callable[[list[dict]], list[dict]] | None, done: Mapping[str, dict] | None = None,
             max_cells: int = MAX_CELLS, delta: float = 0.01,
-            say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic
-            ) -> Result:
+            say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic,
+            cpu: bool = False) -> Result:
     """Run the search (module doc).  ``run_cell(configs) -> records`` trains one cell's
     seeds (the caller stores them); ``done``: records already in the store, by config hash,
     reused instead of trained.  ``run_cell=None`` replays the search over ``done`` alone
-    (:func:`replay`)."""
+    (:func:`replay`).  ``cpu``: ``budget_s`` is CPU seconds of the card's runs (their
+    ``cpu_s``, those reused from the store included), not wall time: the same card on a
+    shared or a faster machine stops at the same cell."""
     d = int(base["model"]["d_model"])
     vocab = int(base["task"]["vocab_size"])
     n_eff0 = n_eff_prior(base)
@@ -141,6 +143,13 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
     records: list[dict] = []
     start = clock()
     longest = (0, 0.0)  # (L, seconds) of the trained cell with the longest L
+
+    def spent(recs) -> float:
+        return sum(float(r.get("cpu_s") or 0.0) for r in recs)
+
+    def elapsed() -> float:
+        return spent(records) if cpu else clock() - start
+
     card: dict = {"cells": []}
     nf = _first_facts(d, n_eff0, vocab)
     for i in range(max_cells):
@@ -150,10 +159,11 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
         have = [done.get(config_hash(c)) for c in cfgs]
         todo = [c for c, h in zip(cfgs, have) if h is None]
         need = longest[1] * max(1.0, 4 * nf / longest[0]) if longest[0] else 0.0
-        left = budget_s - (clock() - start)
+        left = budget_s - elapsed()
         if todo and need > left:
-            say(f"capacity: stop: the next cell (N_f = {nf}) needs about {need / 60:.1f} min, "
-                f"{max(left, 0) / 60:.1f} min of the budget left")
+            unit = "CPU-min" if cpu else "min"
+            say(f"capacity: stop: the next cell (N_f = {nf}) needs about {need / 60:.1f} {unit}, "
+                f"{max(left, 0) / 60:.1f} {unit} of the budget left")
             card = _card(records, delta) if records else card
             return Result({**card, "stopped": "time budget"}, "time budget", records)
         if todo and run_cell is None:  # a replay of the store: the search stopped here
@@ -163,13 +173,13 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
             return Result({**card, "stopped": why}, why, records)
         t0 = clock()
         got = run_cell(todo) if todo else []
-        took = clock() - t0
-        if todo and 4 * nf >= longest[0]:
+        took = spent([h for h in have if h is not None] + got) if cpu else clock() - t0
+        if (todo or cpu) and 4 * nf >= longest[0]:
             longest = (4 * nf, max(took, longest[1]) if 4 * nf == longest[0] else took)
         records += [h for h in have if h is not None] + got
         card = _card(records, delta)
         cell = next(c for c in card["cells"] if c["num_facts"] == nf)
-        say(_progress(i + 1, cell, card, clock() - start, budget_s, bool(todo)))
+        say(_progress(i + 1, cell, card, elapsed(), budget_s, bool(todo), cpu))
         if cell.get("accuracy") is None:  # every seed failed: the next cell would too
             why = "every run of N_f = {} failed: {}".format(
                 nf, next((r.get("error") for r in got if r.get("error")), "see the store"))
@@ -207,10 +217,10 @@ def n_eff_prior(base: Mapping[str, Any]) -> float:
 
 def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float,
         max_cells: int = MAX_CELLS, workers: int = 1, delta: float = 0.01,
-        say: Callable[[str], None] = print) -> Result:
+        say: Callable[[str], None] = print, cpu: bool = False) -> Result:
     """:func:`measure` with real training: each cell's seeds on ``workers`` processes
     (in this process when 1), every record appended to ``store`` as it finishes, and the
-    store's records reused on a rerun."""
+    store's records reused on a rerun.  ``cpu``: the budget is CPU seconds (:func:`measure`)."""
     from recallbench.runs.executors import make_executor
     from recallbench.runs.store import Store
 
@@ -232,7 +242,7 @@ def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float
                 return got
 
             return measure(base, seeds=seeds, budget_s=budget_s, run_cell=run_cell, done=done,
-                           max_cells=max_cells, delta=delta, say=say)
+                           max_cells=max_cells, delta=delta, say=say, cpu=cpu)
     finally:
         executor.close()
 
@@ -250,7 +260,7 @@ def _first_facts(d: int, n_eff0: float, vocab: int) -> int:
 
 
 def _progress(i: int, cell: Mapping, card: Mapping, elapsed: float, budget: float,
-              trained: bool) -> str:
+              trained: bool, cpu: bool = False) -> str:
     acc = cell.get("accuracy")
     text = (f"capacity: cell {i}: N_f = {cell['num_facts']}, L = {cell['seq_len']}: "
             + ("failed" if acc is None else
@@ -262,4 +272,4 @@ def _progress(i: int, cell: Mapping, card: Mapping, elapsed: float, budget: floa
     if s.get("value") is not None and s.get("ci"):
         lo, hi = s["ci"]
         text += f"; S_eff {s['value']:.4g} [{lo:.4g}, {'∞' if hi is None else f'{hi:.4g}'}]"
-    return text + f"; {elapsed / 60:.1f} of {budget / 60:.0f} min"
+    return text + f"; {elapsed / 60:.1f} of {budget / 60:.0f} {'CPU-min' if cpu else 'min'}"
