@@ -52,7 +52,7 @@ HOW_TO_READ = (
     f"A card is **measured** when at least {MIN_MID} converged cells lie strictly between "
     f"the guess level and {CEILING}, on both sides of p = 0.5, and the S_eff interval spans "
     f"at most a factor {MAX_SPREAD}. Otherwise it is a **bound**, stopped by the search's "
-    "time or cell limit: its S_eff is ≥ a value when its largest N_f is at the ceiling or "
+    "CPU budget or cell limit: its S_eff is ≥ a value when its largest N_f is at the ceiling or "
     "was cut by the step cap (more state could hide there), ≤ a value when no cell rose "
     "clearly above the guess, and is never shown as a measurement. **No recall** means no "
     "cell is above its guess level at 95%: S_eff = 0 with the upper bound its cells leave. "
