@@ -14,9 +14,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import one_line_error
-import yaml
 
 from recallbench import leaderboard as lb
 from recallbench.leaderboard.markdown import code, md
@@ -49,7 +49,9 @@ def test_an_unsafe_file_name_is_refused_by_validate_and_render(board, cli, name)
 def test_submit_refuses_an_unsafe_out_name_before_reading_the_store(tmp_path, cli):
     suite = tmp_path / "cpu-v2"
     suite.mkdir()
-    shutil.copy(REPO / "leaderboards" / "cpu-v2" / "suite.yaml", suite / "suite.yaml")
+    data = yaml.safe_load((REPO / "leaderboards" / "cpu-v2" / "suite.yaml").read_text())
+    data.pop("retired", None)  # a retired suite takes no submission: refused before --out
+    (suite / "suite.yaml").write_text(yaml.safe_dump(data, allow_unicode=True))
     rc, _, err = cli("submit", "--suite", str(suite), "--store", str(tmp_path / "none"),
                      "--model-name", "m", "--out", str(tmp_path / HOSTILE_FILE))
     one_line_error(rc, err, "--out", repr(HOSTILE_FILE), "plain name")
