@@ -19,9 +19,10 @@ A cell at the ceiling with no finite fit doubles the largest N_f; a cell at the 
 nothing above it halves the smallest.  N_f runs from :data:`MIN_FACTS` to V/2 − 1 (the keys
 of V).  It stops when the card is measured (``law.card.criteria``), when the next N_f was
 measured already or leaves that range, after ``max_cells`` cells, or when the time left
-cannot hold the next cell (its predicted time: the time of the trained cell with the
-longest L, scaled up by the new L over that one, never down: a short cell's time is mostly
-start-up and testing).  Every record goes to the store as it finishes, so a rerun with the same
+cannot hold the next cell (its predicted time: the new L times the highest time per token
+of L among the cells trained so far; a cell's cost grows faster than its L, since a larger
+N_f also takes more steps, so the highest rate errs long for a longer cell and is about
+right for a shorter one).  Every record goes to the store as it finishes, so a rerun with the same
 store resumes without training again.
 """
 from __future__ import annotations
@@ -142,7 +143,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
     done = dict(done or {})
     records: list[dict] = []
     start = clock()
-    longest = (0, 0.0)  # (L, seconds) of the trained cell with the longest L
+    rate = 0.0  # the highest seconds per token of L of a trained cell
 
     def spent(recs) -> float:
         return sum(float(r.get("cpu_s") or 0.0) for r in recs)
@@ -158,7 +159,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
         cfgs = [cell_config(base, nf, s) for s in seeds]
         have = [done.get(config_hash(c)) for c in cfgs]
         todo = [c for c, h in zip(cfgs, have) if h is None]
-        need = longest[1] * max(1.0, 4 * nf / longest[0]) if longest[0] else 0.0
+        need = rate * 4 * nf
         left = budget_s - elapsed()
         if todo and need > left:
             unit = "CPU-min" if cpu else "min"
@@ -174,8 +175,8 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
         t0 = clock()
         got = run_cell(todo) if todo else []
         took = spent([h for h in have if h is not None] + got) if cpu else clock() - t0
-        if (todo or cpu) and 4 * nf >= longest[0]:
-            longest = (4 * nf, max(took, longest[1]) if 4 * nf == longest[0] else took)
+        if todo or cpu:
+            rate = max(rate, took / (4 * nf))
         records += [h for h in have if h is not None] + got
         card = _card(records, delta)
         cell = next(c for c in card["cells"] if c["num_facts"] == nf)
