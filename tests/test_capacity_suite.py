@@ -164,3 +164,10 @@ def test_the_cli_runs_a_capacity_suite_and_refuses_grid_flags(cli, tmp_path):
                        "--store", str(tmp_path / "s"), "--time-budget", "5")
     assert rc == 2 and "--time-budget is not for a capacity suite" in err
     assert "Traceback" not in err and not (tmp_path / "s").exists()
+
+
+def test_verify_re_runs_points_of_a_capacity_submission(board):
+    suite, _, sub, _ = board
+    rows = lb.verify(sub, suite, 2, seed=7, log=lambda m: None)
+    assert len(rows) == 2 and all(r["ok"] for r in rows)
+    assert all(r["diff"] == 0 for r in rows)  # fixed weights: the same counts again
