@@ -65,11 +65,11 @@ def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
     return cards
 
 
-def _replay(suite: Suite, adapter: str, budget: Mapping, records: list[Mapping],
-            model_extra: Mapping | None = None):
+def _replay(suite: Suite, base: Mapping, records: list[Mapping]):
+    """The search over ``records`` from ``base`` (a config of the budget: a record's, so
+    that model settings beyond the suite's, given to `leaderboard run` with --set, are in)."""
     from recallbench.runs import capacity
 
-    base = budget_base(suite, adapter, budget, model_extra)
     return capacity.replay(base, records, seeds=suite.seeds,
                            max_cells=int(suite.capacity["max_cells"]),
                            delta=float(suite.scoring["delta"]))
@@ -80,15 +80,23 @@ def stored_card(card: Mapping) -> dict:
     return plain({k: v for k, v in card.items() if k not in ("provenance", "model")})
 
 
-def capacity_points(suite: Suite, records: list[Mapping], adapter: str,
-                    model_extra: Mapping | None = None) -> list[tuple[dict, dict, dict]]:
+def _of_budget(budget: Mapping, records: list[Mapping]) -> list[Mapping]:
+    """The records whose model has the budget's sizes."""
+    return [r for r in records
+            if all(r["config"]["model"].get(k) == v for k, v in budget["model"].items())]
+
+
+def capacity_points(suite: Suite, records: list[Mapping], adapter: str
+                    ) -> list[tuple[dict, dict, dict]]:
     """Per budget: (budget, [(point, record)], card) of the cells the replayed search visits."""
     out = []
     for b in suite.budgets:
-        result = _replay(suite, adapter, b, records, model_extra)
-        need(bool(result.records), "submit", f"the store holds no run of budget {b['name']} for "
-             f"adapter {adapter} (run `recallbench leaderboard run --suite {suite.dir} "
-             f"--adapter {adapter} --store ...`)")
+        mine = _of_budget(b, records)
+        result = _replay(suite, mine[0]["config"], mine) if mine else None
+        need(result is not None and bool(result.records), "submit",
+             f"the store holds no run of budget {b['name']} for adapter {adapter} that starts "
+             f"the search (run `recallbench leaderboard run --suite {suite.dir} --adapter "
+             f"{adapter} --store ...`)")
         pairs = [({"budget": b["name"], "num_facts": r["config"]["task"]["num_facts"],
                    "seed": r["config"]["train"]["seed"]}, r) for r in result.records]
         out.append((b, pairs, {**stored_card(result.card), "stopped": result.stopped}))
@@ -115,13 +123,12 @@ def check_cards(sub: Mapping, suite: Suite, where: str, records_of: Callable) ->
     """Each budget's cells are the replayed search's, and its card the one they make.
 
     ``records_of(budget_entry)``: the budget's points as result records."""
-    adapter = sub["model"]["adapter"]
     for b in sub["budgets"]:
         bw = f"{where}: budget {b['name']}"
         card = b.get("card")
         need(isinstance(card, dict), bw, "card must be a mapping (a capacity suite's budget)")
         records = records_of(b)
-        result = _replay(suite, adapter, suite.budget(b["name"]), records)
+        result = _replay(suite, b["config"], records)
         visited = {(r["config"]["task"]["num_facts"], r["config"]["train"]["seed"])
                    for r in result.records}
         given = {(p["num_facts"], p["seed"]) for p in b["points"]}
