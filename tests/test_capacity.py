@@ -194,6 +194,7 @@ def test_the_card_renders_json_markdown_and_png(tmp_path):
     (["--d-model", "0"], "--d-model 0"),
     (["--d-model", "8", "--seeds", "0,0"], "--seeds"),
     (["--d-model", "8", "--time-budget", "-1"], "--time-budget"),
+    (["--d-model", "8", "--cpu-budget", "0"], "--cpu-budget 0 is not allowed"),
     (["--d-model", "8", "--set", "task.num_facts=4"], "--set task."),
     (["--d-model", "8", "--state-size", "5"], "--state-size"),
     (["--d-model", "8", "--set", "train.batch_size=0"], "train.batch_size"),

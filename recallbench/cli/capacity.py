@@ -44,8 +44,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override the protocol (train.*, model.options.*); repeatable")
     p.add_argument("--time-budget", type=float, default=60.0, metavar="MINUTES",
-                   help="stop when the next cell would not fit, and report a bound "
-                        "(default 60)")
+                   help="stop when the next cell would not fit in this wall time, and report "
+                        "a bound (default 60)")
+    p.add_argument("--cpu-budget", type=float, default=None, metavar="MINUTES",
+                   help="instead of --time-budget: CPU minutes of the card's runs, those in "
+                        "the store included (what a capacity suite uses: the same cell on a "
+                        "shared or an idle machine)")
     p.add_argument("--max-cells", type=int, default=12, help="at most this many N_f (default 12)")
     p.add_argument("--workers", type=int, default=None,
                    help="train a cell's seeds in this many processes (default: the seeds, at "
@@ -95,9 +99,9 @@ def base_config(args) -> dict:
                              ("--max-cells", args.max_cells, 1)):
         if value < low:
             raise ConfigError(f"{flag} {value} is not allowed: must be >= {low}")
-    if not 0 < args.time_budget <= 7 * 24 * 60:
-        raise ConfigError(f"--time-budget {args.time_budget:g} is not allowed: minutes in "
-                          "(0, 10080]")
+    for flag, value in (("--time-budget", args.time_budget), ("--cpu-budget", args.cpu_budget)):
+        if value is not None and not 0 < value <= 7 * 24 * 60:
+            raise ConfigError(f"{flag} {value:g} is not allowed: minutes in (0, 10080]")
     if args.state_size is not None and args.factory is None:
         raise ConfigError("--state-size is for --factory only (an adapter states its own)")
     model = {"d_model": args.d_model, "d_state": args.d_state, "n_layers": args.n_layers}
@@ -171,9 +175,11 @@ def command(args) -> int:
     from recallbench.runs import capacity
 
     workers = _workers(args, seeds)
+    cpu = args.cpu_budget is not None
     result = capacity.run(base, seeds=seeds, store=Path(args.store) if args.store
-                          else out / "store", budget_s=args.time_budget * 60,
-                          max_cells=args.max_cells, workers=workers)
+                          else out / "store",
+                          budget_s=(args.cpu_budget if cpu else args.time_budget) * 60,
+                          max_cells=args.max_cells, workers=workers, cpu=cpu)
     written = write_card(result.card, out)
     from recallbench.law.card_render import headline
 
