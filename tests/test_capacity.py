@@ -157,7 +157,7 @@ def test_a_cpu_budget_counts_the_runs_cpu_time_reused_ones_included():
     budget = 0.6 * sum(r["cpu_s"] for r in free.records)
     whole = capacity.measure(BASE, run_cell=costly, budget_s=budget, cpu=True,
                              say=lambda s: None, clock=lambda: 0.0)
-    assert whole.stopped == "time budget" and len(whole.records) < len(free.records)
+    assert whole.stopped == "CPU budget" and len(whole.records) < len(free.records)
     assert sum(r["cpu_s"] for r in whole.records) <= budget
     first = whole.records[:2]  # an interrupted run: its first cell in the store
     resumed = capacity.measure(BASE, run_cell=costly, budget_s=budget, cpu=True,

@@ -215,3 +215,26 @@ def test_a_model_with_nothing_to_train_passes_with_its_untried_search(searched, 
     with pytest.raises(ConfigError, match="has no candidate with a validation accuracy .only a "
                                           "model with nothing to train"):
         lb.validate_file(searched["path"])
+
+
+def _search(*entries):
+    return [{"lr": lr, "val_accuracy": v, "steps": s, "converged": True, "error": None}
+            for lr, v, s in entries]
+
+
+def test_an_extended_run_keeps_the_candidate_chosen_at_its_cap():
+    """The search compares candidates at max_steps and extends only the chosen one, whose
+    entry then holds the extended run: it may have lost a tie on steps, never the best
+    validation accuracy."""
+    from recallbench.api.errors import ConfigError
+    from recallbench.leaderboard.protocol import check_lr
+
+    lrs = [0.003, 0.01, 0.03]
+    tie = _search((0.003, 0.5, 2000), (0.01, 0.999, 4000), (0.03, 0.999, 1500))
+    point = {"lr": 0.01, "lr_search": tie, "converged": True}
+    with pytest.raises(ConfigError, match="not the one the search chooses"):
+        check_lr(point, lrs, "p")  # not extended: the tie goes to fewer steps
+    check_lr({**point, "extended": 1}, lrs, "p")
+    beaten = _search((0.003, 0.5, 2000), (0.01, 0.9, 4000), (0.03, 0.95, 1500))
+    with pytest.raises(ConfigError, match="not a candidate with the best validation"):
+        check_lr({"lr": 0.01, "lr_search": beaten, "converged": True, "extended": 1}, lrs, "p")

@@ -19,7 +19,9 @@ lr window (Okpekpe & Orvieto, 2025), and Zoology and MAD-lab keep the best of a 
   same first ``max_steps`` steps, then its cap doubles while it improves.  A candidate
   stuck at the guess level beside one that learned is not extended (three candidates each
   extended to an 8,000-step limit cost 2.2x the steps on a Mamba-2 cell where two stayed at
-  the guess).  A search with a limit trains one by one (the ensemble does not extend).
+  the guess).  The chosen candidate's ``lr_search`` entry then holds its extended run (its
+  best validation accuracy can only rise; its added steps may lose a tie it won at the cap:
+  ``leaderboard.protocol`` checks it against that).  A search with a limit trains one by one (the ensemble does not extend).
 * **Test**: only the chosen model is scored on the test set.
 * **Record**: the chosen candidate's record (accuracy, steps, convergence, ``lr``) with the
   search's own config and hash (the list is part of the config: another search is another

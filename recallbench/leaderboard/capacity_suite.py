@@ -72,7 +72,7 @@ def _replay(suite: Suite, base: Mapping, records: list[Mapping]):
 
     return capacity.replay(base, records, seeds=suite.seeds,
                            max_cells=int(suite.capacity["max_cells"]),
-                           delta=float(suite.scoring["delta"]))
+                           delta=float(suite.scoring["delta"]), cpu_budget_s=cpu_budget_s(suite))
 
 
 def stored_card(card: Mapping) -> dict:

@@ -9,7 +9,9 @@ a learning rate that the search would not have chosen:
 * where the point's ``train.lr`` is a list (a search), ``lr_search`` tries exactly those
   learning rates, and ``lr`` is the one the harness's rule picks from it
   (:func:`recallbench.harness.lr_candidates.choose`: best validation accuracy, then fewer
-  steps, then the smaller lr), whose ``converged`` the point repeats;
+  steps, then the smaller lr), whose ``converged`` the point repeats; a point whose run was
+  ``extended`` (:mod:`recallbench.harness.lr_search`: only the candidate chosen at
+  ``max_steps`` goes on) has a candidate of the best validation accuracy, its own;
 * where it is one number, ``lr`` is that number and there is no ``lr_search``;
 * a run that stopped at ``early_stop`` or on a ``plateau`` converged;
 * ``steps_to`` never decreases from 0.5 to 0.99, and no step lies beyond ``steps``.
@@ -51,9 +53,21 @@ def check_lr(p: Mapping, run_lr, where: str) -> None:
              f"{p['lr']:g} is not the smallest of the list ({tried[0]:g}), which an untrained "
              "point keeps")
         return
-    need(_close(p["lr"], search[best]["lr"]), f"{where}: lr",
-         f"{p['lr']:g} is not the one the search chooses ({search[best]['lr']:g}: best "
-         "validation accuracy, then fewer steps, then the smaller lr)")
+    if p.get("extended"):
+        # the search chose at max_steps, then trained the chosen one on (extended): its
+        # entry holds the extended run, whose best validation only rose, and whose added
+        # steps may lose a tie it had won at the cap; none may beat it
+        kept = next((e for e in search if _close(e["lr"], p["lr"])), None)
+        top = max(e["val_accuracy"] for e in search if e["val_accuracy"] is not None)
+        need(kept is not None and kept["val_accuracy"] is not None
+             and kept["val_accuracy"] >= top, f"{where}: lr",
+             f"{p['lr']:g} is not a candidate with the best validation accuracy of the "
+             "search (an extended run keeps the candidate chosen at max_steps)")
+        best = search.index(kept)
+    else:
+        need(_close(p["lr"], search[best]["lr"]), f"{where}: lr",
+             f"{p['lr']:g} is not the one the search chooses ({search[best]['lr']:g}: best "
+             "validation accuracy, then fewer steps, then the smaller lr)")
     if p.get("converged") is not None:
         need(p["converged"] == search[best]["converged"], f"{where}: converged",
              "differs from the chosen candidate's in lr_search")

@@ -166,10 +166,11 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
             say(f"capacity: stop: the next cell (N_f = {nf}) needs about {need / 60:.1f} {unit}, "
                 f"{max(left, 0) / 60:.1f} {unit} of the budget left")
             card = _card(records, delta) if records else card
-            return Result({**card, "stopped": "time budget"}, "time budget", records)
+            why = "CPU budget" if cpu else "time budget"
+            return Result({**card, "stopped": why}, why, records)
         if todo and run_cell is None:  # a replay of the store: the search stopped here
-            why = (f"the search stopped before N_f = {nf} (no run of it in the store: the "
-                   "run's time budget, or an interrupted run)")
+            why = (f"the search stopped before N_f = {nf} (no run of it in the store: an "
+                   "interrupted run, or a wall-time budget)")
             card = _card(records, delta) if records else card
             return Result({**card, "stopped": why}, why, records)
         t0 = clock()
@@ -196,14 +197,18 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
 
 
 def replay(base: Mapping[str, Any], records, *, seeds: Sequence[int],
-           max_cells: int = MAX_CELLS, delta: float = 0.01) -> Result:
+           max_cells: int = MAX_CELLS, delta: float = 0.01,
+           cpu_budget_s: float | None = None) -> Result:
     """The search over ``records`` alone, training nothing: the cells it visits in order
     (the same as the run that made them: the search is a function of the records), the card
-    they make, and where it stops.  What a submission is built from and checked against."""
+    they make, and where it stops.  What a submission is built from and checked against.
+    ``cpu_budget_s``: the run's CPU budget, which the records' ``cpu_s`` replay exactly (a
+    stop for the budget reads as one)."""
     done = {r["config_hash"]: r for r in records
             if r.get("status") == "ok" and r.get("config_hash")}
-    return measure(base, seeds=seeds, budget_s=math.inf, run_cell=None, done=done,
-                   max_cells=max_cells, delta=delta, say=lambda _: None)
+    return measure(base, seeds=seeds, budget_s=math.inf if cpu_budget_s is None else cpu_budget_s,
+                   run_cell=None, done=done, max_cells=max_cells, delta=delta,
+                   say=lambda _: None, cpu=cpu_budget_s is not None)
 
 
 def n_eff_prior(base: Mapping[str, Any]) -> float:
