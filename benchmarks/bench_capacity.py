@@ -5,7 +5,7 @@
     python benchmarks/bench_capacity.py --store DIR           # keep (and resume) its runs
 
 Runs the card's search (``recallbench.runs.capacity.run``) with the default protocol
-(``recallbench.cli.capacity.TRAIN``) in a temporary store, unless ``--store`` names one
+(``recallbench.runs.capacity.TRAIN``) in a temporary store, unless ``--store`` names one
 (then cells already there are reused, and their CPU time is the time they took when
 trained).  Printed: each cell's N_f, accuracy, steps of the best seed (and how often its
 cap was doubled) and its CPU time, then the card's status, S_eff/S and the total CPU
@@ -42,6 +42,7 @@ def main(argv=None) -> int:
     ns = argparse.Namespace(adapter=args.adapter, factory=None, state_size=None,
                             d_model=args.d_model, d_state=args.d_state, n_layers=1,
                             vocab_size=512, set=args.set, time_budget=args.time_budget,
+                            cpu_budget=None,
                             max_cells=args.max_cells, workers=args.workers)
     seeds = cli._seeds(args.seeds)
     base = cli.base_config(ns)
