@@ -16,13 +16,12 @@ card must be the one the points make.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Callable, Mapping
 
 from recallbench.api.canonical import plain
 from recallbench.api.errors import ConfigError
-from recallbench.leaderboard.checks import need, short
+from recallbench.leaderboard.checks import agrees, need, short
 from recallbench.leaderboard.suite import Suite
 
 #: card fields a submission stores and validation recomputes (numbers within 2%)
@@ -103,22 +102,6 @@ def capacity_points(suite: Suite, records: list[Mapping], adapter: str
     return out
 
 
-def _same(a, c) -> bool:
-    if isinstance(a, dict) and isinstance(c, dict):
-        return set(a) == set(c) and all(_same(a[k], c[k]) for k in a)
-    if isinstance(a, list) and isinstance(c, list):
-        return len(a) == len(c) and all(_same(x, y) for x, y in zip(a, c))
-    if isinstance(a, bool) or isinstance(c, bool) or isinstance(a, str) or isinstance(c, str):
-        return a == c
-    if a is None or c is None:
-        return a is None and c is None
-    if isinstance(a, (int, float)) and isinstance(c, (int, float)):
-        if math.isinf(a) or math.isinf(c):
-            return a == c
-        return math.isclose(a, c, rel_tol=0.02, abs_tol=1e-6)
-    return a == c
-
-
 def check_cards(sub: Mapping, suite: Suite, where: str, records_of: Callable) -> None:
     """Each budget's cells are the replayed search's, and its card the one they make.
 
@@ -138,12 +121,12 @@ def check_cards(sub: Mapping, suite: Suite, where: str, records_of: Callable) ->
              "(a cell chosen by hand, or one after the search stopped)")
         fresh = stored_card(result.card)
         for k in CARD_CHECKED:
-            need(_same(card.get(k), fresh.get(k)), bw,
+            need(agrees(card.get(k), fresh.get(k)), bw,
                  f"card.{k} = {short(card.get(k))} does not match the card recomputed from "
                  f"the points ({short(fresh.get(k))})")
         cap, new = card.get("capacity") or {}, fresh.get("capacity") or {}
         for k in ("p50", "p1_delta", "per_kbit", "p50_per_kbit"):
-            need(_same(cap.get(k), new.get(k)), bw,
+            need(agrees(cap.get(k), new.get(k)), bw,
                  f"card.capacity.{k} = {short(cap.get(k))} does not match the recomputed "
                  f"{short(new.get(k))}")
 

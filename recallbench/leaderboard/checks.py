@@ -40,6 +40,23 @@ def is_num(x) -> bool:
 MAX_COUNT = 10 ** 12
 
 
+def agrees(a: Any, c: Any) -> bool:
+    """A stored value and its recomputation agree: both null, the same text or flag,
+    mappings with the same keys and lists of the same length whose entries agree, or finite
+    numbers within 2% (what validation allows for a refitted score or card)."""
+    if isinstance(a, (str, bool)) or isinstance(c, (str, bool)):
+        return a == c
+    if isinstance(a, dict) or isinstance(c, dict):
+        return (isinstance(a, dict) and isinstance(c, dict) and set(a) == set(c)
+                and all(agrees(a[k], c[k]) for k in a))
+    if isinstance(a, list) or isinstance(c, list):
+        return (isinstance(a, list) and isinstance(c, list) and len(a) == len(c)
+                and all(agrees(x, y) for x, y in zip(a, c)))
+    if a is None or c is None:
+        return a is None and c is None
+    return is_num(a) and is_num(c) and math.isclose(a, c, rel_tol=0.02, abs_tol=1e-6)
+
+
 def is_count(x, low: int = 0) -> bool:
     """An int in [low, MAX_COUNT] (bools excluded)."""
     return is_int(x) and low <= x <= MAX_COUNT

@@ -18,7 +18,6 @@ A file is checked on its own here; ``board`` compares the files of a suite (dupl
 """
 from __future__ import annotations
 
-import math
 import os
 import re
 from pathlib import Path
@@ -27,8 +26,8 @@ from typing import Any, Callable, Mapping
 from recallbench.api.canonical import SECTIONS, config_hash
 from recallbench.api.errors import ConfigError
 from recallbench.leaderboard import capacity_suite
-from recallbench.leaderboard.checks import (check_file_name, check_keys, check_name,
-                                            check_relative_path, is_num, need, short)
+from recallbench.leaderboard.checks import (agrees, check_file_name, check_keys, check_name,
+                                            check_relative_path, need, short)
 from recallbench.leaderboard.points import (check_delta, first_mismatch, merge_config,
                                             shared_model_config)
 from recallbench.leaderboard.recompute import check_info_bits, check_library, check_state
@@ -200,19 +199,6 @@ def _check_fano(p: Mapping, b: Mapping, level: float, pw: str) -> None:
          "(Fano bound, Lem 4.5): a leak or a bug")
 
 
-def _same(a: Any, c: Any) -> bool:
-    """Stored and recomputed score values agree: both null, the same text (an error), or
-    numbers within 2%."""
-    if isinstance(a, str) or isinstance(c, str):
-        return a == c
-    if isinstance(a, list) or isinstance(c, list):
-        return (isinstance(a, list) and isinstance(c, list) and len(a) == len(c)
-                and all(_same(x, y) for x, y in zip(a, c)))
-    if a is None or c is None:
-        return a is None and c is None
-    return is_num(a) and is_num(c) and math.isclose(a, c, rel_tol=0.02, abs_tol=1e-6)
-
-
 def _check_scores(sub: Mapping, suite: Suite, where: str) -> None:
     """Every stored score agrees (2%) with the scorer's, recomputed from the counts (a
     capacity suite: every card with the replayed search's, ``capacity_suite.check_cards``)."""
@@ -226,7 +212,7 @@ def _check_scores(sub: Mapping, suite: Suite, where: str) -> None:
         for view in ("mean", "best"):
             stored, new = b["score"][view], fresh.get(view) or {}
             for k in sorted(set(stored) | set(new)):
-                need(_same(stored.get(k), new.get(k)), f"{where}: budget {b['name']}",
+                need(agrees(stored.get(k), new.get(k)), f"{where}: budget {b['name']}",
                      f"score.{view}.{k} = {short(stored.get(k))} does not match the scorer's "
                      f"{short(new.get(k))} recomputed from the counts")
 
