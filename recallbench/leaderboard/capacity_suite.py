@@ -11,8 +11,9 @@ must be the ones the search visits (no cell chosen by hand, none left out) and t
 card must be the one the points make.
 
     base = budget_base(suite, "linear-mamba", suite.budget("D32-N8"))
-    budgets = capacity_budgets(suite, records, "linear-mamba")     # for build_submission
-    check_cards(sub, suite, where)                                   # for validate
+    found = capacity_points(suite, records, "linear-mamba")   # build_submission: per budget
+                                                              # (budget, [(point, record)], card)
+    check_cards(sub, suite, where, records_of)                 # validate
 """
 from __future__ import annotations
 
