@@ -16,6 +16,7 @@ import textwrap
 
 import pytest
 import torch
+from hf_kernels import hf_uses_torch
 
 try:  # before mamba_ssm: see the module docstring
     import transformers.models.mamba.modeling_mamba as hf_mamba
@@ -48,13 +49,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
-
-
-def _hf_uses_torch(fn) -> bool:
-    """Whether a transformers kernel wrapper was bound to its torch fallback (not mamba-ssm)."""
-    names = fn.__code__.co_freevars
-    cells = dict(zip(names, (c.cell_contents for c in (fn.__closure__ or ()))))
-    return not cells.get("is_new_implementation", False)  # unknown wrapper: run the check
 
 
 def _perturb(module: torch.nn.Module, seed: int) -> None:
@@ -135,7 +129,7 @@ def test_bad_options_name_the_field(adapter, model, field):
 @needs_mamba
 @pytest.mark.skipif(hf_mamba is None, reason="transformers' Mamba is not importable")
 def test_mamba_matches_transformers_mamba_mixer():
-    if not _hf_uses_torch(hf_mamba.mamba_selective_scan):
+    if not hf_uses_torch(hf_mamba.mamba_selective_scan):
         pytest.skip("transformers bound its Mamba scan to mamba-ssm (imported before transformers)")
     ms = import_mamba_ssm()
     torch.manual_seed(0)
@@ -155,7 +149,7 @@ def test_mamba_matches_transformers_mamba_mixer():
 @pytest.mark.parametrize("ngroups", [1, 4])
 @pytest.mark.parametrize("mem_eff", [True, False])
 def test_mamba2_matches_transformers_mamba2_mixer(ngroups, mem_eff):
-    if not _hf_uses_torch(hf_mamba2.mamba2_chunk_scan):
+    if not hf_uses_torch(hf_mamba2.mamba2_chunk_scan):
         pytest.skip("transformers bound its Mamba-2 scan to mamba-ssm (imported before transformers)")
     ms = import_mamba_ssm()
     torch.manual_seed(0)

@@ -16,6 +16,7 @@ import pytest
 import torch
 from float_bounds import C as BOUND_C
 from float_bounds import EPS64, assert_within, float64_casts, sensitivity
+from hf_kernels import hf_uses_torch
 
 try:  # before mamba_ssm: transformers binds its kernels at import (see test_adapters_mamba)
     import transformers.models.mamba.modeling_mamba as hf_mamba
@@ -202,11 +203,6 @@ def test_mamba_adapter_logits_and_grads_equal_with_the_reference_scan():
                   ["logits", *sorted(grads)])
 
 
-def _hf_uses_torch(fn) -> bool:
-    cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in (fn.__closure__ or ()))))
-    return not cells.get("is_new_implementation", False)
-
-
 def _mixer_run(module, x, swapped):
     """Output, input gradient and every parameter's gradient (by sorted name) of
     ``module(x).square().sum()``."""
@@ -247,7 +243,7 @@ def _compare_mixers(ours, theirs, x, hf_module):
 
 @pytest.mark.skipif(hf_mamba is None, reason="transformers' Mamba is not importable")
 def test_mamba_mixer_gradients_equal_transformers_mamba_mixer():
-    if not _hf_uses_torch(hf_mamba.mamba_selective_scan):
+    if not hf_uses_torch(hf_mamba.mamba_selective_scan):
         pytest.skip("transformers bound its Mamba scan to mamba-ssm (imported before transformers)")
     ms = import_mamba_ssm()
     torch.manual_seed(0)
@@ -264,7 +260,7 @@ def test_mamba_mixer_gradients_equal_transformers_mamba_mixer():
 
 @pytest.mark.skipif(hf_mamba2 is None, reason="transformers' Mamba2 is not importable")
 def test_mamba2_mixer_gradients_equal_transformers_mamba2_mixer():
-    if not _hf_uses_torch(hf_mamba2.mamba2_chunk_scan):
+    if not hf_uses_torch(hf_mamba2.mamba2_chunk_scan):
         pytest.skip("transformers bound its Mamba-2 scan to mamba-ssm (imported before transformers)")
     ms = import_mamba_ssm()
     torch.manual_seed(0)
