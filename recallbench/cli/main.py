@@ -36,6 +36,7 @@ EXTERNAL = {
     "doctor": ("recallbench.cli.doctor", "devices, versions, and the kernels each adapter runs here"),
     "probe": ("recallbench.cli.probe", "mechanistic probe of a trained or designed recall circuit"),
     "topk": ("recallbench.cli.topk", "top-1 against top-k recall thresholds at two vocabularies"),
+    "vocab": ("recallbench.cli.vocab", "how recall falls with V: the slope of Φ⁻¹(accuracy) against m_V"),
 }
 
 #: exit statuses of ``recallbench run`` (README, "Running one model"; ``run --help``)
