@@ -99,6 +99,21 @@ def test_guess_aware_reading_removes_the_guess_floor():
     assert fits["pooled"]["slope"] < 0.9
 
 
+def test_common_slope_pools_groups_with_their_own_intercepts():
+    rng = np.random.default_rng(5)
+    recs = (_records(1.3, 4.5, num_facts=8, rng=rng) + _records(1.3, 3.5, num_facts=16, rng=rng)
+            + _records(1.3, 2.8, num_facts=32, rng=rng))
+    res = vocab.analyse(recs)
+    common = res["common"]
+    assert common["groups"] == 3
+    assert common["slope_ci"][0] < 1.3 < common["slope_ci"][1]
+    widths = [g["fits"]["best"]["slope_ci"][1] - g["fits"]["best"]["slope_ci"][0]
+              for g in res["groups"]]
+    assert common["slope_ci"][1] - common["slope_ci"][0] < min(widths)
+    assert sorted(common["intercepts"].values()) == pytest.approx([2.8, 3.5, 4.5], abs=0.2)
+    assert vocab.analyse(_records(1.3, 4.5))["common"] is None  # one group: nothing to pool
+
+
 def test_groups_split_by_model_and_need_three_vocabularies():
     recs = _records(1.0, 4.0) + _records(1.0, 3.0, d_model=16)
     res = vocab.analyse(recs)

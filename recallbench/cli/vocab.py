@@ -49,6 +49,12 @@ def to_markdown(res: dict) -> str:
             lines.append(f"| {vocab.group_title(g)} | {label} | {_fit_text(g['fits'][name])} "
                          f"{'' if th is None else format(th['intercept'], '.2f')} | "
                          f"{'' if th is None else format(th['eq19_slope'], '.2f')} |")
+    common = res.get("common")
+    if common is not None:
+        lo_c, hi_c = common["slope_ci"]
+        lines += ["", f"One slope for all {common['groups']} groups (best of seeds, each group its "
+                  f"own intercept): s = {common['slope']:.2f} [{lo_c:.2f}, {hi_c:.2f}] on "
+                  f"{common['cells']} cells."]
     lines += ["", "| group | V | m_V | accuracy per seed | best | guess | used |",
               "|---|---|---|---|---|---|---|"]
     for g in res["groups"]:

@@ -27,7 +27,8 @@ exceeds what the counts allow (quasi-likelihood; dof = cells − 2), and its int
 Student's t on those dof.  A second fit reads each cell against its guess level g = 1/N_f,
 z = Φ⁻¹((p − g)/(1 − g)): the guess-aware law's own reference probability.  The theory's
 line, slope 1 and intercept 1/σ with the paper's a for the adapter's kind, is given
-beside each group.
+beside each group, with eq. 19's own slope over the group's V.  ``common`` fits one slope
+to every group at once (best of seeds), each group keeping its own intercept.
 """
 from __future__ import annotations
 
@@ -83,24 +84,32 @@ def _cell(runs: list[Mapping], facts) -> dict:
     return cell
 
 
-def _wls(m, z, var, level: float) -> dict:
-    """z = c − s·m by weighted least squares; s, c and s's interval at ``level``."""
+def _wls(m, z, var, level: float, group=None) -> dict:
+    """z = c_g − s·m by weighted least squares, one intercept c_g per ``group`` label (one
+    in all by default); s, the intercepts and s's interval at ``level``."""
     m, z, w = np.asarray(m, float), np.asarray(z, float), 1.0 / np.asarray(var, float)
-    X = np.stack([np.ones_like(m), -m], axis=1)
+    labels = np.zeros(len(m), int) if group is None else np.asarray(group)
+    names = sorted(set(labels.tolist()))
+    X = np.stack([*(labels == g for g in names), -m], axis=1).astype(float)
     cov = np.linalg.inv(X.T @ (w[:, None] * X))
-    c, s = cov @ X.T @ (w * z)
-    resid = z - X @ np.array([c, s])
-    dof = len(m) - 2
+    beta = cov @ X.T @ (w * z)
+    resid = z - X @ beta
+    dof = len(m) - X.shape[1]
     chi2 = float(np.sum(w * resid ** 2))
     scale = max(1.0, chi2 / dof) if dof > 0 else math.inf
-    se = math.sqrt(cov[1, 1] * scale)
+    s, se = float(beta[-1]), math.sqrt(cov[-1, -1] * scale)
     t = float(stats.t.ppf(0.5 + level / 2, dof)) if dof > 0 else math.inf
-    return {"slope": float(s), "slope_ci": [float(s - t * se), float(s + t * se)],
-            "slope_se": se, "intercept": float(c), "cells": len(m), "chi2_per_dof":
-            chi2 / dof if dof > 0 else None}
+    out = {"slope": s, "slope_ci": [s - t * se, s + t * se], "slope_se": se,
+           "cells": len(m), "chi2_per_dof": chi2 / dof if dof > 0 else None}
+    if group is None:
+        out["intercept"] = float(beta[0])
+    else:
+        out["intercepts"] = {str(g): float(b) for g, b in zip(names, beta[:-1])}
+    return out
 
 
-def _fit(cells: list[dict], which: str, guess_aware: bool, level: float) -> dict | None:
+def _points(cells: list[dict], which: str, guess_aware: bool):
+    """(m_V, z, var(z)) of the cells a fit uses."""
     m, z, var = [], [], []
     for c in cells:
         r = c[which]
@@ -116,7 +125,31 @@ def _fit(cells: list[dict], which: str, guess_aware: bool, level: float) -> dict
         var.append(scale ** 2 * r["accuracy"] * (1 - r["accuracy"]) / (u * stats.norm.pdf(zi) ** 2))
         m.append(c["m_v"])
         z.append(zi)
+    return m, z, var
+
+
+def _fit(cells: list[dict], which: str, guess_aware: bool, level: float) -> dict | None:
+    m, z, var = _points(cells, which, guess_aware)
     return _wls(m, z, var, level) if len(m) >= MIN_VOCABS else None
+
+
+def _common(groups: list[dict], level: float) -> dict | None:
+    """One slope for every group with a fit (best of seeds), each group its own intercept."""
+    m, z, var, label = [], [], [], []
+    for i, g in enumerate(groups):
+        if g["fits"]["best"] is None:
+            continue
+        used = [c for c in g["cells"] if "why_left_out" not in c]
+        gm, gz, gv = _points(used, "best", False)
+        m += gm
+        z += gz
+        var += gv
+        label += [i] * len(gm)
+    if len(set(label)) < 2:
+        return None
+    res = _wls(m, z, var, level, group=label)
+    res["groups"] = len(set(label))
+    return res
 
 
 def _theory(cfg: Mapping, vocabs: list[int], adapter_kind: str | None,
@@ -180,11 +213,15 @@ def analyse(records: Iterable[Mapping], level: float = 0.95,
                 for which in ("best", "pooled") for ga in (False, True)}
         groups.append({"task": cfg["task"], "model": cfg["model"], "train": cfg["train"],
                        "cells": cells, "fits": fits, "theory": _theory(cfg, sorted(by_v), *_kinds(cfg))})
+    groups.sort(key=lambda g: (str(g["task"].get("name")), g["task"].get("num_facts", 0),
+                               g["task"].get("seq_len", 0), str(g["model"].get("adapter")),
+                               g["model"].get("d_model", 0), g["model"].get("d_state", 0)))
     if not groups:
         raise ValueError(f"no group of runs spans {MIN_VOCABS} or more vocabularies at one "
                          "(task, model, recipe): vary task.vocab_size in the sweep")
     slopes = [g["fits"]["best"]["slope"] for g in groups if g["fits"]["best"]]
-    return {"groups": groups, "skipped": skipped, "level": level, "ceiling": CEILING,
+    return {"groups": groups, "common": _common(groups, level), "skipped": skipped,
+            "level": level, "ceiling": CEILING,
             "include_unconverged": include_unconverged, "paper_slope": list(PAPER_SLOPE),
             "slope_range": [min(slopes), max(slopes)] if slopes else None}
 
