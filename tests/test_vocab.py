@@ -149,3 +149,14 @@ def test_cli_writes_report_and_refuses_bad_input(tmp_path, cli):
     assert "--level 1.5 is not allowed" in err
     rc, out, err = cli("vocab", str(store), "--out", str(store))
     assert rc == 2 and "is a file" in err
+
+
+@pytest.mark.parametrize("store, report", [("store", "."), ("designed_store", "designed")])
+def test_committed_study_report_is_what_vocab_writes_from_its_store(cli, tmp_path, store, report):
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent.parent / "docs" / "results" / "vl_reduced"
+    rc, _, err = cli("vocab", str(here / store), "--out", str(tmp_path / "out"))
+    assert rc == 0, err
+    for name in ("vocab.md", "vocab.json"):
+        assert (tmp_path / "out" / name).read_bytes() == (here / report / name).read_bytes(), name
