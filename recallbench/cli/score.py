@@ -11,31 +11,18 @@ inputs with no usable record (none ok with a test count).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import warnings
 from pathlib import Path
 
 from recallbench.law import theory
 from recallbench.api.errors import ConfigError
+from recallbench.cli.study import check_out
 from recallbench.law.records import SCHEMA
 
 
 #: warnings printed; the rest are counted (report.json lists them all)
 MAX_WARNINGS = 10
-
-
-def _check_out(out: Path) -> None:
-    """ConfigError, before any work, unless ``out`` is a directory we may write or can make."""
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file: expected a directory (created if missing)")
-    parent = out
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ConfigError(f"--out {out}: {parent} is a file, so the directory cannot be made")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out {out}: {parent} is not writable")
 
 
 def _check_usable(records: list[dict], inputs: list[str]) -> None:
@@ -81,7 +68,7 @@ def command(args) -> int:
 
     if not 0.0 < args.delta < 1.0:
         raise ConfigError(f"--delta = {args.delta!r} is not allowed: a probability strictly between 0 and 1")
-    _check_out(Path(args.out))
+    check_out(Path(args.out))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         records = load_runs(args.inputs)  # only what the scorer reads of each record

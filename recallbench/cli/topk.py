@@ -7,9 +7,7 @@ tables and the verdict (:mod:`recallbench.law.topk`); with ``--out`` also writes
 """
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 from recallbench.api.errors import ConfigError
 
@@ -69,25 +67,9 @@ def to_markdown(res: dict) -> str:
 def command(args) -> int:
     if not 0 <= args.bootstrap <= 100_000:
         raise ConfigError(f"--bootstrap {args.bootstrap} is not allowed: an integer in [0, 100000]")
-    if not 0.0 < args.level < 1.0:
-        raise ConfigError(f"--level {args.level} is not allowed: a number in (0, 1)")
-    out = Path(args.out) if args.out else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file: expected a directory (created if missing)")
+    from recallbench.cli.study import report
     from recallbench.law import topk
-    from recallbench.law.records import load_records
 
-    records = load_records(args.inputs)
-    try:
-        res = topk.analyse(records, n_boot=args.bootstrap, seed=args.seed, level=args.level,
-                           include_unconverged=args.include_unconverged)
-    except ValueError as exc:
-        raise ConfigError(f"inputs: {exc}") from None
-    text = to_markdown(res)
-    print(text, end="")
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "topk.json").write_text(json.dumps(res, indent=1) + "\n")
-        (out / "topk.md").write_text(text)
-        print(f"written: {out / 'topk.json'}, {out / 'topk.md'}")
-    return 0
+    return report(args, "topk", lambda records: topk.analyse(
+        records, n_boot=args.bootstrap, seed=args.seed, level=args.level,
+        include_unconverged=args.include_unconverged), to_markdown)

@@ -9,11 +9,6 @@ bad input (one line).
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from recallbench.api.errors import ConfigError
-
 
 def add_arguments(p) -> None:
     p.add_argument("inputs", nargs="+", help="result stores, .jsonl or .json files")
@@ -67,25 +62,9 @@ def to_markdown(res: dict) -> str:
 
 
 def command(args) -> int:
-    if not 0.0 < args.level < 1.0:
-        raise ConfigError(f"--level {args.level} is not allowed: a number in (0, 1)")
-    out = Path(args.out) if args.out else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file: expected a directory (created if missing)")
+    from recallbench.cli.study import report
     from recallbench.law import vocab
-    from recallbench.law.records import load_records
 
-    records = load_records(args.inputs)
-    try:
-        res = vocab.analyse(records, level=args.level, include_unconverged=args.include_unconverged)
-    except ValueError as exc:
-        raise ConfigError(f"inputs: {exc}") from None
-    text = to_markdown(res)
-    print(text, end="")
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "vocab.json").write_text(json.dumps(res, indent=1) + "\n")
-        (out / "vocab.md").write_text(text)
-        vocab.write_figure(res, out / "vocab.png")
-        print(f"written: {out / 'vocab.json'}, {out / 'vocab.md'}, {out / 'vocab.png'}")
-    return 0
+    return report(args, "vocab", lambda records: vocab.analyse(
+        records, level=args.level, include_unconverged=args.include_unconverged),
+        to_markdown, figure=vocab.write_figure)
