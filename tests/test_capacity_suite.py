@@ -172,3 +172,16 @@ def test_verify_re_runs_points_of_a_capacity_submission(board):
     rows = lb.verify(sub, suite, 2, seed=7, log=lambda m: None)
     assert len(rows) == 2 and all(r["ok"] for r in rows)
     assert all(r["diff"] == 0 for r in rows)  # fixed weights: the same counts again
+
+
+def test_a_stored_value_agrees_with_its_recomputation_only_where_it_should():
+    from recallbench.leaderboard.checks import agrees
+
+    inf = float("inf")
+    # an interval a card's cells do not close is stored as .inf and recomputed as inf
+    assert agrees({"ci": [1.0, inf]}, {"ci": [1.01, inf]})
+    assert not agrees(inf, -inf) and not agrees(inf, 1e300) and not agrees(1e300, inf)
+    assert not agrees(float("nan"), float("nan"))
+    assert agrees(1.0, 1.019) and not agrees(1.0, 1.03)
+    assert not agrees({"a": 1.0}, {"a": 1.0, "b": 2.0}) and not agrees([1.0], [1.0, 1.0])
+    assert agrees(None, None) and not agrees(None, 0.0) and not agrees("x", "y")

@@ -42,8 +42,9 @@ MAX_COUNT = 10 ** 12
 
 def agrees(a: Any, c: Any) -> bool:
     """A stored value and its recomputation agree: both null, the same text or flag,
-    mappings with the same keys and lists of the same length whose entries agree, or finite
-    numbers within 2% (what validation allows for a refitted score or card)."""
+    mappings with the same keys and lists of the same length whose entries agree, the same
+    infinity (an interval a card's cells do not close), or finite numbers within 2% (what
+    validation allows for a refitted score or card)."""
     if isinstance(a, (str, bool)) or isinstance(c, (str, bool)):
         return a == c
     if isinstance(a, dict) or isinstance(c, dict):
@@ -54,6 +55,8 @@ def agrees(a: Any, c: Any) -> bool:
                 and all(agrees(x, y) for x, y in zip(a, c)))
     if a is None or c is None:
         return a is None and c is None
+    if isinstance(a, float) and isinstance(c, float) and (math.isinf(a) or math.isinf(c)):
+        return a == c
     return is_num(a) and is_num(c) and math.isclose(a, c, rel_tol=0.02, abs_tol=1e-6)
 
 
