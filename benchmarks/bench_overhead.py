@@ -9,7 +9,10 @@ repetitions, each a fresh process where a process is what is timed):
 1. start-up: a 1-step ``recallbench run`` (val 64, test 128), whole process, against
    ``python -c "import torch"``; beside it ``import lightning`` alone, the part of the
    start-up that Lightning's own imports fix (they bring torch._dynamo and torchmetrics,
-   whatever the harness imports from them);
+   whatever the harness imports from them), and ``import torch, torch._dynamo,
+   torchmetrics``, the floor those two imports set (``lightning.fabric.wrappers`` imports
+   torch._dynamo, ``lightning.fabric.utilities.imports`` imports torchmetrics, whose
+   ``functional`` package imports scipy.signal and, where it is installed, transformers);
 2. around the steps: the default run's ``train_s`` against the time of its steps, both
    from the same in-process run: the time from one training batch's start to the next,
    less the validations in between (so a step is everything Lightning does per step: its
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     harness_seconds(short)  # warm up: imports, first Trainer
     rows: dict[str, list[float]] = {k: [] for k in (
-        "torch", "lightning", "start", "process", "train", "in_train", "in_steps", "steps_s",
+        "torch", "lightning", "floor", "start", "process", "train", "in_train", "in_steps", "steps_s",
         "val_s", "per_step")}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "record.json"
@@ -122,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             rows["torch"].append(timed([py, "-c", "import torch"]))
             rows["start"].append(cli_run(one_step, out)[0])
             rows["lightning"].append(timed([py, "-c", "import lightning"]))
+            rows["floor"].append(timed([py, "-c", "import torch, torch._dynamo, torchmetrics"]))
             seconds, record = cli_run(args.run_set, out)
             rows["process"].append(seconds)
             rows["train"].append(record["train_s"])
@@ -142,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"1. start-up: 1-step run {med['start']:.2f} s, import torch {med['torch']:.2f} s, "
           f"ratio {med['start'] / med['torch']:.2f}x "
           f"(import lightning alone {med['lightning']:.2f} s, "
-          f"{med['lightning'] / med['torch']:.2f}x)")
+          f"{med['lightning'] / med['torch']:.2f}x; import torch, torch._dynamo, torchmetrics "
+          f"{med['floor']:.2f} s, {med['floor'] / med['torch']:.2f}x)")
     print(f"2. around the steps: default run {med['in_steps']:.0f} steps, train_s "
           f"{med['in_train']:.2f} s, its steps {med['steps_s']:.2f} s "
           f"({med['steps_s'] / med['in_steps'] * 1e3:.1f} ms each), its validations "

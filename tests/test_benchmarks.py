@@ -118,6 +118,10 @@ def test_bench_overhead_prints_the_three_ratios_beside_the_times():
     assert start, out
     run_s, torch_s, ratio, _ = map(float, start.groups())
     assert run_s > torch_s > 0 and ratio == pytest.approx(run_s / torch_s, abs=0.03)
+    floor = re.search(r"import torch, torch._dynamo, torchmetrics ([\d.]+) s, ([\d.]+)x\)", out)
+    assert floor, out
+    assert float(floor.group(1)) > 0 and float(floor.group(2)) == pytest.approx(
+        float(floor.group(1)) / torch_s, abs=0.03)
     around = re.search(r"^2\. around the steps: default run 10 steps, train_s ([\d.]+) s, "
                        r"its steps ([\d.]+) s .* train_s / steps ([\d.]+)x", out, re.M)
     assert around, out
