@@ -262,3 +262,20 @@ def test_dry_runs_measure_a_step_and_train_nothing(cli, tmp_path):
     assert rc == 0, err
     assert out.count("ms a step at L = ") == 3 and "24 to run" in out
     assert re.search(r"ETA: [\d.]+ min to [\d.]+ min", out) and not (tmp_path / "s").exists()
+
+
+def test_a_step_is_timed_after_a_warm_up(monkeypatch):
+    """A first run's one-off costs (the first Trainer, the first forward) must not be read
+    as the short run's steps: with them the difference would be negative."""
+    import recallbench.harness.train as train
+    from recallbench.runs import eta
+
+    clock = {"t": 0.0, "runs": 0}
+
+    def fake_run(cfg, progress=False):
+        clock["t"] += (3.0 if clock["runs"] == 0 else 0.5) + 0.02 * cfg["train"]["max_steps"]
+        clock["runs"] += 1
+
+    monkeypatch.setattr(train, "run", fake_run)
+    monkeypatch.setattr(eta.time, "perf_counter", lambda: clock["t"])
+    assert eta.step_seconds({"train": {}}) == pytest.approx(0.02)

@@ -2,6 +2,7 @@
 
 End to end on the designed model (fixed weights: a card in seconds, real records)."""
 import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,27 @@ def test_a_stored_value_agrees_with_its_recomputation_only_where_it_should():
     assert agrees(1.0, 1.019) and not agrees(1.0, 1.03)
     assert not agrees({"a": 1.0}, {"a": 1.0, "b": 2.0}) and not agrees([1.0], [1.0, 1.0])
     assert agrees(None, None) and not agrees(None, 0.0) and not agrees("x", "y")
+
+
+def test_a_dry_run_of_a_capacity_suite_plans_from_the_store_and_trains_nothing(board, cli,
+                                                                             tmp_path):
+    """A finished search says so; an empty store gets a measured step and an ETA within the
+    card's CPU budget; nothing is written."""
+    suite, path, _, _ = board
+    store = path.parents[2] / "store"
+    before = (store / "results.jsonl").read_bytes()
+    rc, out, err = cli("leaderboard", "run", "--suite", str(suite.dir), "--adapter", "designed",
+                       "--store", str(store), "--dry-run")
+    assert rc == 0, err
+    assert "D32-N8: the store holds " in out and "the search is over, measured" in out
+    assert "nothing to run" in out and (store / "results.jsonl").read_bytes() == before
+    fresh = tmp_path / "fresh"
+    rc, out, err = cli("leaderboard", "run", "--suite", str(suite.dir), "--adapter", "designed",
+                       "--store", str(fresh), "--dry-run", "--workers", "2")
+    assert rc == 0, err
+    eta = re.search(r"D32-N8: nothing in the store yet; measured [\d.]+ ms a step at the first "
+                    r"cell \(N_f = \d+, L = \d+\).*\n  ETA: ([\d.]+) to ([\d.]+) CPU-min .* at "
+                    r"most 30\.0 CPU-min.* on 2 worker", out)
+    assert eta, out
+    assert 0 <= float(eta.group(1)) <= float(eta.group(2)) <= 30.0
+    assert "(dry run: nothing was trained)" in out and not fresh.exists()

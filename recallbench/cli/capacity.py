@@ -16,9 +16,7 @@ from pathlib import Path
 
 from recallbench.api.errors import ConfigError
 
-from recallbench.runs.capacity import TRAIN  # the protocol every card trains with
-
-EXPECTED_CELLS = (3, 6)  # a measured card usually takes this many cells
+from recallbench.runs.capacity import EXPECTED_CELLS, TRAIN  # TRAIN: every card's protocol
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

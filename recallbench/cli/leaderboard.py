@@ -181,16 +181,21 @@ def _run_capacity(args, suite, extra) -> int:
     from recallbench.leaderboard.capacity_suite import run_capacity_suite
     from recallbench.runs.interrupt import Terminated, sigterm_unwinds, stopped
 
-    if args.dry_run or args.limit is not None or args.time_budget is not None:
-        flag = "--dry-run" if args.dry_run else "--limit" if args.limit is not None \
-            else "--time-budget"
+    if args.limit is not None or args.time_budget is not None:
+        flag = "--limit" if args.limit is not None else "--time-budget"
         raise ConfigError(f"{flag} is not for a capacity suite ({suite.name}): its search "
                           "has its own CPU budget per budget (suite.yaml capacity."
-                          "cpu_budget_min); `recallbench capacity --dry-run` gives the ETA")
+                          "cpu_budget_min); --dry-run gives the ETA")
     workers = args.workers or 1
     if not 1 <= workers <= (os.cpu_count() or 1):
         raise ConfigError(f"--workers {workers} is not allowed: must be in "
                           f"[1, {os.cpu_count() or 1}]")
+    if args.dry_run:
+        from recallbench.leaderboard.capacity_suite import plan_capacity_suite
+
+        plan_capacity_suite(suite, args.adapter, args.store, model_extra=extra, workers=workers,
+                            log=lambda m: print(m, flush=True))
+        return 0
     try:
         with sigterm_unwinds():
             cards = run_capacity_suite(suite, args.adapter, args.store, model_extra=extra,

@@ -65,6 +65,61 @@ def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
     return cards
 
 
+def plan_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
+                        model_extra: Mapping | None = None, workers: int = 1,
+                        log: Callable[[str], None] = print) -> dict[str, float]:
+    """``leaderboard run --dry-run`` of a capacity suite: per budget, what the store already
+    holds (its cells and CPU minutes, replayed as ``run`` would reuse them), a measured step
+    time at the first cell, and an ETA bounded by the card's CPU budget.  Trains nothing but
+    the few steps that time a step.  Returns the upper ETA per budget, in CPU minutes."""
+    from recallbench.api.registry import ADAPTERS
+    from recallbench.runs import capacity
+    from recallbench.runs.eta import minutes, run_seconds, step_seconds
+    from recallbench.runs.store import Store
+
+    ADAPTERS.require(adapter, where=f"suite {suite.name}")
+    records = ([r for r in Store(store).read(warn=lambda _: None).by_hash.values()
+                if r.get("status") == "ok"
+                and r["config"]["model"].get("adapter") == adapter]
+               if Path(store).is_dir() else [])
+    budget_s, left = cpu_budget_s(suite), {}
+    for b in suite.budgets:
+        base = budget_base(suite, adapter, b, model_extra)
+        mine = _of_budget(b, records)
+        done = _replay(suite, mine[0]["config"], mine) if mine else None
+        spent = sum(float(r.get("cpu_s") or 0.0) for r in done.records) if done else 0.0
+        cells = len(done.card.get("cells", [])) if done else 0
+        head = (f"{b['name']}: the store holds {cells} cell(s) of the search, "
+                f"{spent / 60:.1f} CPU-min" if done and done.records
+                else f"{b['name']}: nothing in the store yet")
+        if done and done.records and not done.stopped.startswith("the search stopped before"):
+            why = "" if done.stopped == done.card["status"] else f" ({done.stopped})"
+            log(f"{head}; the search is over, {done.card['status']}{why}: nothing to run")
+            left[b["name"]] = 0.0
+            continue
+        nf = capacity._first_facts(int(base["model"]["d_model"]), capacity.n_eff_prior(base),
+                                   int(base["task"]["vocab_size"]))
+        first = capacity.cell_config(base, nf, suite.seeds[0])
+        step = step_seconds(first)
+        lo, hi = run_seconds(first, step)
+        rest = max(budget_s - spent, 0.0)
+        more = [max(n - cells, 1) * len(suite.seeds) for n in capacity.EXPECTED_CELLS]
+        eta = (min(more[0] * lo, rest), min(more[1] * hi * 2, rest))  # later cells: longer L
+        left[b["name"]] = eta[1] / 60
+        runs = str(more[0]) if more[0] == more[1] else f"{more[0]} to {more[1]}"
+        log(f"{head}; measured {step * 1000:.1f} ms a step at the first cell (N_f = {nf}, "
+            f"L = {4 * nf}), one of its runs {minutes(lo)} to {minutes(hi)} of CPU")
+        log(f"  ETA: {eta[0] / 60:.1f} to {eta[1] / 60:.1f} CPU-min ({runs} "
+            f"more runs, later ones at up to twice this L; at most {rest / 60:.1f} CPU-min, "
+            f"the card's {budget_s / 60:g} less the store's), about {eta[0] / 60 / workers:.1f}"
+            f" to {eta[1] / 60 / workers:.1f} min of wall time on {workers} worker(s)")
+    total = sum(left.values())
+    log(f"in all: at most about {total:.1f} CPU-min, {total / workers:.1f} min of wall time "
+        f"on {workers} worker(s)")
+    log("(dry run: nothing was trained)")
+    return left
+
+
 def _replay(suite: Suite, base: Mapping, records: list[Mapping]):
     """The search over ``records`` from ``base`` (a config of the budget: a record's, so
     that model settings beyond the suite's, given to `leaderboard run` with --set, are in)."""

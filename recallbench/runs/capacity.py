@@ -51,6 +51,9 @@ TRAIN = {"lr": [0.003, 0.01, 0.03], "max_steps": 2000, "max_steps_limit": 8000,
          "val_size": 512, "test_size": 1024}
 
 
+#: how many cells a measured card usually takes (for ETAs: a plan, not a limit)
+EXPECTED_CELLS = (3, 6)
+
 def protocol_lr(adapter: str, lr):
     """The learning rate a card trains ``adapter`` with: ``lr``, or 0.01 for an adapter that
     trains nothing (``trainable = False``: no learning rate to search)."""
