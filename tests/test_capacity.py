@@ -138,10 +138,16 @@ def test_the_time_budget_stops_before_a_cell_that_cannot_fit():
         clock[0] += 40.0 * cfgs[0]["task"]["num_facts"]  # 10 s a token of L
         return inner(cfgs)
 
-    res = capacity.measure(BASE, run_cell=slow_cell, budget_s=700, clock=tick,
-                           say=lambda s: None)
+    said: list[str] = []
+    res = capacity.measure(BASE, run_cell=slow_cell, budget_s=700, clock=tick, say=said.append)
     assert res.stopped == "time budget" and res.card["status"] != "measured"
     assert clock[0] <= 700  # it never started a cell it could not finish
+    # before each trained cell: what it should cost at the rate so far, and what is left
+    starts = [ln for ln in said if ": training " in ln]
+    assert "the first trained cell" in starts[0] and "11.7 min of the budget left" in starts[0]
+    for ln in starts[1:]:
+        nf = int(re.search(r"N_f = (\d+)", ln).group(1))
+        assert f"about {10 * 4 * nf / 60:.1f} min at the highest rate so far" in ln, ln
 
 
 def test_a_cpu_budget_counts_the_runs_cpu_time_reused_ones_included():

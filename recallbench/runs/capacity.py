@@ -176,6 +176,12 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
                    "interrupted run, or a wall-time budget)")
             card = _card(records, delta) if records else card
             return Result({**card, "stopped": why}, why, records)
+        if todo:
+            unit = "CPU-min" if cpu else "min"
+            say(f"capacity: cell {i + 1}: N_f = {nf}, L = {4 * nf}: training {len(todo)} run(s)"
+                + (f", about {need / 60:.1f} {unit} at the highest rate so far" if need
+                   else " (the first trained cell: its time sets the rate for the next ones)")
+                + f"; {max(left, 0) / 60:.1f} {unit} of the budget left")
         t0 = clock()
         got = run_cell(todo) if todo else []
         took = spent([h for h in have if h is not None] + got) if cpu else clock() - t0
