@@ -199,7 +199,7 @@ def test_a_dry_run_of_a_capacity_suite_plans_from_the_store_and_trains_nothing(b
                        "--store", str(store), "--dry-run")
     assert rc == 0, err
     assert "D32-N8: the store holds " in out and "the search is over, measured" in out
-    assert "nothing to run" in out and (store / "results.jsonl").read_bytes() == before
+    assert "in all: nothing to run" in out and (store / "results.jsonl").read_bytes() == before
     fresh = tmp_path / "fresh"
     rc, out, err = cli("leaderboard", "run", "--suite", str(suite.dir), "--adapter", "designed",
                        "--store", str(fresh), "--dry-run", "--workers", "2")

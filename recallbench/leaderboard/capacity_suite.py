@@ -114,7 +114,8 @@ def plan_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
             f"the card's {budget_s / 60:g} less the store's), about {eta[0] / 60 / workers:.1f}"
             f" to {eta[1] / 60 / workers:.1f} min of wall time on {workers} worker(s)")
     total = sum(left.values())
-    log(f"in all: at most about {total:.1f} CPU-min, {total / workers:.1f} min of wall time "
+    log("in all: nothing to run" if not total else
+        f"in all: at most about {total:.1f} CPU-min, {total / workers:.1f} min of wall time "
         f"on {workers} worker(s)")
     log("(dry run: nothing was trained)")
     return left
