@@ -121,19 +121,16 @@ def base_config(args) -> dict:
 
 
 def _dry_run(args, base: dict, seeds: list[int]) -> int:
-    from recallbench.runs.capacity import _first_facts, cell_config, n_eff_prior
-    from recallbench.runs.eta import minutes, run_seconds, step_seconds
+    from recallbench.runs.capacity import estimate
+    from recallbench.runs.eta import minutes
 
     d, vocab = base["model"]["d_model"], base["task"]["vocab_size"]
-    nf = _first_facts(d, n_eff_prior(base), vocab)
-    first = cell_config(base, nf, 0)
-    step = step_seconds(first)
-    r_lo, r_hi = run_seconds(first, step)
+    est = estimate(base, seeds)
+    nf, step = est.num_facts, est.step_s
     workers = _workers(args, seeds)
     lrs = base["train"]["lr"] if isinstance(base["train"]["lr"], list) else [base["train"]["lr"]]
     cap = base["train"].get("max_steps_limit") or base["train"]["max_steps"]
-    lo = EXPECTED_CELLS[0] * len(seeds) * r_lo / workers
-    hi = EXPECTED_CELLS[1] * len(seeds) * r_hi * 2 / workers  # later cells: longer L
+    lo, hi = (cpu / workers for cpu in est.cpu_s)
     print(f"capacity plan: {base['model']['adapter']} D={d} N={base['model']['d_state']} "
           f"at V={vocab}; first cell N_f = {nf}, L = {4 * nf} (the law at S_eff = S)")
     print(f"  per cell: {len(seeds)} seed(s) x {len(lrs)} learning rate(s), "

@@ -74,7 +74,7 @@ def plan_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
     the few steps that time a step.  Returns the upper ETA per budget, in CPU minutes."""
     from recallbench.api.registry import ADAPTERS
     from recallbench.runs import capacity
-    from recallbench.runs.eta import minutes, run_seconds, step_seconds
+    from recallbench.runs.eta import minutes
     from recallbench.runs.store import Store
 
     ADAPTERS.require(adapter, where=f"suite {suite.name}")
@@ -97,17 +97,14 @@ def plan_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
             log(f"{head}; the search is over, {done.card['status']}{why}: nothing to run")
             left[b["name"]] = 0.0
             continue
-        nf = capacity._first_facts(int(base["model"]["d_model"]), capacity.n_eff_prior(base),
-                                   int(base["task"]["vocab_size"]))
-        first = capacity.cell_config(base, nf, suite.seeds[0])
-        step = step_seconds(first)
-        lo, hi = run_seconds(first, step)
+        est = capacity.estimate(base, suite.seeds, cells_done=cells)
         rest = max(budget_s - spent, 0.0)
-        more = [max(n - cells, 1) * len(suite.seeds) for n in capacity.EXPECTED_CELLS]
-        eta = (min(more[0] * lo, rest), min(more[1] * hi * 2, rest))  # later cells: longer L
+        eta = tuple(min(cpu, rest) for cpu in est.cpu_s)
         left[b["name"]] = eta[1] / 60
+        more = est.runs
         runs = str(more[0]) if more[0] == more[1] else f"{more[0]} to {more[1]}"
-        log(f"{head}; measured {step * 1000:.1f} ms a step at the first cell (N_f = {nf}, "
+        nf, (lo, hi) = est.num_facts, est.run_s
+        log(f"{head}; measured {est.step_s * 1000:.1f} ms a step at the first cell (N_f = {nf}, "
             f"L = {4 * nf}), one of its runs {minutes(lo)} to {minutes(hi)} of CPU")
         log(f"  ETA: {eta[0] / 60:.1f} to {eta[1] / 60:.1f} CPU-min ({runs} "
             f"more runs, later ones at up to twice this L; at most {rest / 60:.1f} CPU-min, "

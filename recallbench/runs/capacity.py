@@ -49,10 +49,9 @@ MAX_CELLS = 12
 TRAIN = {"lr": [0.003, 0.01, 0.03], "max_steps": 2000, "max_steps_limit": 8000,
          "patience": 10, "batch_size": 32, "val_every": 50, "early_stop": 0.999,
          "val_size": 512, "test_size": 1024}
-
-
 #: how many cells a measured card usually takes (for ETAs: a plan, not a limit)
 EXPECTED_CELLS = (3, 6)
+
 
 def protocol_lr(adapter: str, lr):
     """The learning rate a card trains ``adapter`` with: ``lr``, or 0.01 for an adapter that
@@ -147,6 +146,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
     records: list[dict] = []
     start = clock()
     rate = 0.0  # the highest seconds per token of L of a trained cell
+    unit = "CPU-min" if cpu else "min"
 
     def spent(recs) -> float:
         return sum(float(r.get("cpu_s") or 0.0) for r in recs)
@@ -165,7 +165,6 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
         need = rate * 4 * nf
         left = budget_s - elapsed()
         if todo and need > left:
-            unit = "CPU-min" if cpu else "min"
             say(f"capacity: stop: the next cell (N_f = {nf}) needs about {need / 60:.1f} {unit}, "
                 f"{max(left, 0) / 60:.1f} {unit} of the budget left")
             card = _card(records, delta) if records else card
@@ -177,7 +176,6 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
             card = _card(records, delta) if records else card
             return Result({**card, "stopped": why}, why, records)
         if todo:
-            unit = "CPU-min" if cpu else "min"
             say(f"capacity: cell {i + 1}: N_f = {nf}, L = {4 * nf}: training {len(todo)} run(s)"
                 + (f", about {need / 60:.1f} {unit} at the highest rate so far" if need
                    else " (the first trained cell: its time sets the rate for the next ones)")
@@ -260,6 +258,31 @@ def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float
                            max_cells=max_cells, delta=delta, say=say, cpu=cpu)
     finally:
         executor.close()
+
+
+@dataclasses.dataclass
+class Estimate:
+    """What a search from ``base`` will cost (:func:`estimate`); seconds of CPU."""
+    num_facts: int          # the first cell's N_f
+    step_s: float           # one step of it, measured
+    run_s: tuple            # (earliest, latest) of one of its runs
+    runs: tuple             # (fewest, most) runs still expected
+    cpu_s: tuple            # (low, high) of those runs, later ones at up to twice this L
+
+
+def estimate(base: Mapping[str, Any], seeds: Sequence[int], cells_done: int = 0) -> Estimate:
+    """The ``--dry-run`` estimate of a search from ``base``: the first cell, a step of it
+    timed (:func:`recallbench.runs.eta.step_seconds`), and the :data:`EXPECTED_CELLS` less
+    the ``cells_done`` (at least one more) of ``seeds`` runs each."""
+    from recallbench.runs.eta import run_seconds, step_seconds
+
+    nf = _first_facts(int(base["model"]["d_model"]), n_eff_prior(base),
+                      int(base["task"]["vocab_size"]))
+    first = cell_config(base, nf, seeds[0])
+    step = step_seconds(first)
+    lo, hi = run_seconds(first, step)
+    runs = tuple(max(n - cells_done, 1) * len(seeds) for n in EXPECTED_CELLS)
+    return Estimate(nf, step, (lo, hi), runs, (runs[0] * lo, runs[1] * hi * 2))
 
 
 def _card(records: list[dict], delta: float) -> dict:
