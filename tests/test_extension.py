@@ -5,9 +5,9 @@ import torch
 
 from recallbench.api.config import resolve
 from recallbench.harness.ensemble import EnsembleError, run_ensemble
-from recallbench.harness.module import RecallModule
+from recallbench.harness.module import DivergedError, RecallModule
 from recallbench.harness.schedule import warmup_flat_cosine
-from recallbench.harness.single import train_one
+from recallbench.harness.single import extend, train_one
 from recallbench.harness.train import run
 
 TASK = {"name": "mqar", "vocab_size": 32, "seq_len": 16, "num_facts": 4}
@@ -18,6 +18,28 @@ TRAIN = {"batch_size": 32, "val_every": 5, "val_size": 32, "test_size": 32,
 
 def config(**train):
     return {"task": TASK, "model": MODEL, "train": {**TRAIN, **train}}
+
+
+#: record fields that are timings or where the run ran, not what it trained
+TIMING = {"train_s", "wall_s", "cpu_s", "threads", "node", "provenance", "versions"}
+
+
+def trained_fields(rec: dict) -> dict:
+    return {k: v for k, v in rec.items() if k not in TIMING}
+
+
+@pytest.fixture
+def trained_steps(monkeypatch):
+    """How many optimizer steps the runs of the test trained, all runs together."""
+    count = [0]
+    step = RecallModule.training_step
+
+    def counting(self, batch, batch_idx):
+        count[0] += 1
+        return step(self, batch, batch_idx)
+
+    monkeypatch.setattr(RecallModule, "training_step", counting)
+    return count
 
 
 @pytest.fixture
@@ -104,17 +126,74 @@ def test_the_ensemble_refuses_the_limit_and_a_search_trains_one_by_one():
     assert rec["max_steps_reached"] == 20 and rec["extended"] == 1
 
 
-def test_a_search_extends_only_the_candidate_it_chose():
-    """The candidates are compared at max_steps; the chosen one, still improving there, is
-    trained again with the limit (the same first steps, then extended); a candidate that
-    stays at the guess (lr 1e-7) is not extended beside it."""
+def test_a_search_extends_only_the_candidate_it_chose(trained_steps):
+    """The candidates are compared at max_steps; the chosen one, still improving there,
+    goes on from its checkpoint with the limit (its first 20 steps are not trained again);
+    a candidate that stays at the guess (lr 1e-7) is not extended beside it."""
     capped = run(config(lr=3e-2, patience=2, max_steps=20))
+    assert not capped["converged"]  # at the cap it was still improving: hence the extension
+    trained_steps[0] = 0
     rec = run(config(lr=[1e-7, 3e-2], patience=2, max_steps=20, max_steps_limit=160))
     low, high = rec["lr_search"]
     assert low["steps"] == 20 and not low["converged"]
     assert rec["lr"] == 3e-2 and rec["extended"] >= 1 and high["steps"] == rec["steps"] > 20
+    assert trained_steps[0] == 20 + rec["steps"]  # not 20 + 20 + rec["steps"]
     alone = run(config(lr=3e-2, patience=2, max_steps=20, max_steps_limit=160))
     # the chosen candidate's extended run is the run of its lr alone, step for step
-    assert (rec["correct"], rec["steps"], rec["best_step"]) == \
-        (alone["correct"], alone["steps"], alone["best_step"])
-    assert not capped["converged"]  # at the cap it was still improving: hence the extension
+    differ = {"config", "config_hash", "lr_search"}
+    assert {k: v for k, v in trained_fields(rec).items() if k not in differ} == \
+        {k: v for k, v in trained_fields(alone).items() if k not in differ}
+
+
+def test_a_run_continued_from_its_checkpoint_is_the_run_that_had_the_limit(trained_steps):
+    """train_one to the cap with a checkpoint, then extend: the same validations, weights,
+    AdamW moments, scheduler and record, bit for bit, as one run with the limit from the
+    start; and only the steps past the cap are trained again."""
+    cpu = torch.device("cpu")
+    capped = train_one(resolve(config(lr=3e-2, patience=2, max_steps=20)), cpu, False,
+                       checkpoint=True)
+    assert capped.checkpoint is not None and capped.checkpoint.steps == 20
+    trained_steps[0] = 0
+    went_on = extend(capped, 160, cpu)
+    assert trained_steps[0] == went_on.steps - 20
+    whole = train_one(resolve(config(lr=3e-2, patience=2, max_steps=20, max_steps_limit=160)),
+                      cpu, False)
+    assert went_on.module.extended >= 1 and went_on.steps == whole.steps > 20
+    assert went_on.module.history.points == whole.module.history.points
+    assert went_on.module.best_step == whole.module.best_step
+    assert trained_fields(went_on.record(cpu)) == trained_fields(whole.record(cpu))
+    for name, value in whole.model.state_dict().items():  # the best-validation weights
+        assert torch.equal(went_on.model.state_dict()[name], value), name
+    a, b = (t.module.trainer.optimizers[0] for t in (went_on, whole))
+    for pa, pb in zip(a.param_groups[0]["params"], b.param_groups[0]["params"]):
+        assert torch.equal(a.state[pa]["exp_avg_sq"], b.state[pb]["exp_avg_sq"])
+        assert int(a.state[pa]["step"]) == int(b.state[pb]["step"]) == whole.steps
+    assert a.param_groups[0]["lr"] == b.param_groups[0]["lr"]
+
+
+def test_a_continuation_that_diverges_leaves_the_capped_run_as_it_was(monkeypatch):
+    cpu = torch.device("cpu")
+    capped = train_one(resolve(config(lr=3e-2, patience=2, max_steps=20)), cpu, False,
+                       checkpoint=True)
+    before = trained_fields(capped.record(cpu))
+    step = RecallModule.training_step
+
+    def diverging(self, batch, batch_idx):
+        if self.steps_done >= 27:
+            raise DivergedError(f"training loss became nan at step {self.steps_done}")
+        return step(self, batch, batch_idx)
+
+    monkeypatch.setattr(RecallModule, "training_step", diverging)
+    with pytest.raises(DivergedError, match="at step 27$"):
+        extend(capped, 160, cpu)
+    assert trained_fields(capped.record(cpu)) == before
+
+
+def test_only_a_run_stopped_at_its_cap_keeps_a_checkpoint():
+    cpu = torch.device("cpu")
+    early = train_one(resolve(config(lr=3e-2, patience=2, max_steps=200)), cpu, False,
+                      checkpoint=True)
+    assert early.steps < 200 and early.checkpoint is None
+    assert train_one(resolve(config(lr=3e-2, max_steps=10)), cpu, False).checkpoint is None
+    same = extend(early, 800, cpu)  # converged: nothing to go on with
+    assert same.steps == early.steps and same.cfg.train.max_steps_limit == 800

@@ -12,6 +12,8 @@
 """
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import torch
 from lightning import LightningDataModule
@@ -47,15 +49,42 @@ class FreshSets:
 
 
 class TrainStream(IterableDataset):
-    def __init__(self, task: Task, batch_size: int, seed: int, rank: int = 0):
+    """The training batches of one run, forever.  In-process (no data-loader workers), it
+    remembers where it stood before each of its latest batches (:meth:`position`), and
+    ``resume_from`` (such a position) makes a new stream go on from there: a run continued
+    from its checkpoint sees the batches it would have seen had it never stopped."""
+
+    def __init__(self, task: Task, batch_size: int, seed: int, rank: int = 0,
+                 resume_from: tuple[int, torch.Tensor] | None = None):
         self.task, self.batch_size, self.seed, self.rank = task, batch_size, seed, rank
+        self.resume_from = resume_from
+        # (index, generator state before that batch) of the latest batches drawn; more
+        # than one, as the training loop fetches a batch ahead of the step it trains
+        self._recent: collections.deque = collections.deque(maxlen=8)
 
     def __iter__(self):
         info = get_worker_info()
         worker = info.id if info is not None else 0
         gen = make_generator(TRAIN_STREAM, self.seed, self.rank, worker)
+        index = 0
+        if self.resume_from is not None:
+            if info is not None:
+                raise RuntimeError("a resumed training stream runs in-process only")
+            index, state = self.resume_from
+            gen.set_state(state)
         while True:
+            if info is None:
+                self._recent.append((index, gen.get_state()))
             yield self.task.sample(self.batch_size, gen)
+            index += 1
+
+    def position(self, index: int) -> tuple[int, torch.Tensor]:
+        """(index, generator state) before batch ``index`` (0-based), for ``resume_from``;
+        LookupError unless it is one of the latest batches drawn in this process."""
+        for i, state in self._recent:
+            if i == index:
+                return i, state
+        raise LookupError(f"batch {index} is not among the latest drawn in this process")
 
 
 class RecallDataModule(LightningDataModule):

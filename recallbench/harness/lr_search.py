@@ -15,8 +15,10 @@ lr window (Okpekpe & Orvieto, 2025), and Zoology and MAD-lab keep the best of a 
   chosen; if every candidate diverged, the run diverged.
 * **Extension** (``train.max_steps_limit``, :mod:`recallbench.harness.module`): the
   candidates are compared at ``max_steps``, none extended; then only the chosen one, if it
-  was still improving at its cap, is trained again with the limit: the same seed gives the
-  same first ``max_steps`` steps, then its cap doubles while it improves.  A candidate
+  was still improving at its cap, goes on from its checkpoint at the cap
+  (:func:`recallbench.harness.single.extend`: its weights, AdamW and scheduler state and data
+  position, kept in memory), its cap doubling while it improves: step for step the run
+  its lr trains alone with the limit, without training its first ``max_steps`` again.  A candidate
   stuck at the guess level beside one that learned is not extended (three candidates each
   extended to an 8,000-step limit cost 2.2x the steps on a Mamba-2 cell where two stayed at
   the guess).  The chosen candidate's ``lr_search`` entry then holds its extended run (its
@@ -44,7 +46,7 @@ import torch
 from recallbench.api.config import RunConfig
 from recallbench.api.errors import reason
 from recallbench.harness.lr_candidates import announce, candidates, choose, entry, searched_record
-from recallbench.harness.single import train_one
+from recallbench.harness.single import extend, train_one
 
 def run_search(cfg: RunConfig, device: torch.device, show: bool,
                batched: bool | None = None, weights=None) -> dict[str, Any]:
@@ -81,12 +83,13 @@ def _sequential(cfg: RunConfig, cands: list[RunConfig], device: torch.device, sh
     from recallbench.harness.module import DivergedError
 
     limit = cfg.train.max_steps_limit
+    extending = limit is not None and limit > cfg.train.max_steps
     if limit is not None:
         cands = [_with_limit(c, None) for c in cands]
     entries, best, train_s = [], None, 0.0
     for i, c in enumerate(cands):
-        try:
-            t = train_one(c, device, False)
+        try:  # the best so far keeps its checkpoint; the others are dropped with theirs
+            t = train_one(c, device, False, checkpoint=extending)
         except DivergedError as exc:
             entries.append(entry(c.train.lr, None, 0, False, reason(exc)))
         else:
@@ -99,14 +102,14 @@ def _sequential(cfg: RunConfig, cands: list[RunConfig], device: torch.device, sh
     if best is None:
         raise DivergedError(f"every learning rate of {len(cands)} diverged "
                             f"(first: {entries[0]['error']})")
-    if limit is not None and limit > cfg.train.max_steps and not best.convergence()["converged"]:
+    if extending and not best.convergence()["converged"]:
         i = choose(entries)
-        try:  # the same seed: the same first max_steps steps, then the cap doubles
-            t = train_one(_with_limit(best.cfg, limit), device, False)
+        try:  # from its checkpoint at the cap, the cap doubling while it improves
+            t = extend(best, limit, device)
         except DivergedError:
             pass  # diverged past the cap: the capped run stands
         else:
-            train_s += t.train_s
+            train_s += t.train_s - best.train_s
             entries[i] = entry(t.cfg.train.lr, t.val_accuracy, t.steps,
                                t.convergence()["converged"])
             best = t

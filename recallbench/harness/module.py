@@ -35,6 +35,12 @@ move again; the alternatives, stretching the finished decay (the lr stays ~0, no
 moves) or re-running warmup, either waste the extension or repeat what was done.  The
 best-validation weights are kept throughout, so the restart's transient cannot lower the
 recorded accuracy.
+
+**Continued** (:meth:`resume`, used by :func:`recallbench.harness.single.extend`): a run
+trained without a limit and stopped at its cap goes on under a new Trainer from its
+checkpoint (weights, AdamW and scheduler state, data position), its steps counted from
+``step_offset``; the cap then doubles exactly as :meth:`_extend` doubles it, so the
+continued run is, step for step, the run that had the limit from the start.
 """
 from __future__ import annotations
 
@@ -80,6 +86,8 @@ class RecallModule(LightningModule):
         self.cap = train.max_steps  # the current cap: max_steps, doubled by each extension
         self.limit = train.max_steps_limit  # None: no extension
         self.extended = 0  # doublings of the cap
+        self.step_offset = 0  # steps done before this Trainer (a continued run)
+        self._resume_state: tuple[dict, dict] | None = None  # (optimizer, scheduler) to load
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B, L, V)
         return self.model(tokens)
@@ -88,12 +96,17 @@ class RecallModule(LightningModule):
         inputs, targets = batch
         loss = labelled_loss(self.model, inputs, targets, self.train_cfg.label_smoothing)
         if not torch.isfinite(loss):
-            raise DivergedError(f"training loss became {loss.item()} at step {self.global_step}")
+            raise DivergedError(f"training loss became {loss.item()} at step {self.steps_done}")
         self.log("loss", loss, prog_bar=True, on_step=True, on_epoch=False, logger=False)
         return loss
 
+    @property
+    def steps_done(self) -> int:
+        """Optimizer steps of the run so far (the Trainer's, plus any before it)."""
+        return self.global_step + self.step_offset
+
     def on_train_batch_end(self, outputs, batch, batch_idx):
-        step = self.global_step
+        step = self.steps_done
         at_cap = self.limit is not None and step == self.cap
         if self.validates_after(step) or at_cap:
             acc = self.validate(step)
@@ -147,19 +160,38 @@ class RecallModule(LightningModule):
             self.trainer.should_stop = True
         return acc
 
+    def extends(self) -> bool:
+        """Whether the run, at its cap, goes on: a limit above the cap, not converged."""
+        return (self.limit is not None and self.cap < self.limit
+                and not self.history.converged())
+
     def _extend(self) -> bool:
         """At the cap: double it (at most to the limit) when the run has not converged;
         False when it stops here."""
-        if self.history.converged() or self.cap >= self.limit:
+        if not self.extends():
             return False
+        self._double_cap(self.lr_schedulers())
+        return True
+
+    def _double_cap(self, sched) -> None:
         self.cap = min(2 * self.cap, self.limit)
         self.extended += 1
         # the lr of the next step was set under the old cap (its end of the cosine, ~0)
-        sched = self.lr_schedulers()
         for group, base, fn in zip(sched.optimizer.param_groups, sched.base_lrs,
                                    sched.lr_lambdas):
             group["lr"] = base * fn(sched.last_epoch)
-        return True
+
+    def resume(self, train: TrainConfig, steps: int, optimizer: dict, scheduler: dict) -> None:
+        """Go on from a checkpoint at the cap, ``steps`` steps in, under ``train``'s limit
+        (at :meth:`configure_optimizers` of the next fit: AdamW's and the scheduler's state
+        are loaded, then the cap doubles as :meth:`_extend` would have doubled it)."""
+        if steps != self.cap:
+            raise ValueError(f"a run continues from its cap ({self.cap} steps), not {steps}")
+        self.train_cfg, self.limit = train, train.max_steps_limit
+        if not self.extends():
+            raise ValueError("a run continues only while its limit allows and it improves")
+        self.step_offset = steps
+        self._resume_state = (optimizer, scheduler)
 
     def extension(self) -> dict:
         """The record's ``extended`` (doublings of the cap) and ``max_steps_reached`` (the
@@ -174,6 +206,12 @@ class RecallModule(LightningModule):
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda step: warmup_flat_cosine(step, self.cap, cfg.warmup_frac,
                                                  cfg.decay_frac, self.paper_steps))
+        if self._resume_state is not None:
+            opt_state, sched_state = self._resume_state
+            self._resume_state = None
+            opt.load_state_dict(opt_state)
+            sched.load_state_dict(sched_state)
+            self._double_cap(sched)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def restore_best(self) -> None:

@@ -1,9 +1,15 @@
 """One learning rate: train a model (best-validation weights restored), save its weights,
 and score it on the test set.  :func:`recallbench.harness.train.run` calls it for a single
-``train.lr``, and :mod:`recallbench.harness.lr_search` once per candidate."""
+``train.lr``, and :mod:`recallbench.harness.lr_search` once per candidate.
+
+A run trained with ``checkpoint=True`` and stopped at its cap keeps a :class:`Checkpoint`
+in memory; :func:`extend` continues it under ``train.max_steps_limit`` as if it had had the
+limit from the start (bit for bit: ``tests/test_extension.py``), so a search extends the
+candidate it chose without training its first ``max_steps`` steps again."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import os
 import time
@@ -16,7 +22,7 @@ from recallbench.api.config import RunConfig
 from recallbench.api.recipes import fresh_validation
 from recallbench.api.record import make_record
 from recallbench.harness.convergence import guess_of
-from recallbench.harness.data import FreshSets, RecallDataModule
+from recallbench.harness.data import FreshSets, RecallDataModule, TrainStream
 from recallbench.harness.loop import asked
 from recallbench.harness.metrics import RecallAccuracy
 from recallbench.harness.model import RecallModel
@@ -82,6 +88,20 @@ def _ctrl_c_kept(trainer):
 
 
 @dataclasses.dataclass
+class Checkpoint:
+    """Where a run stood at its cap, in memory: its last weights (the model itself holds the
+    best-validation ones), AdamW's and the scheduler's state, the training stream's position
+    and torch's RNG state."""
+
+    steps: int
+    weights: dict[str, torch.Tensor]
+    optimizer: dict
+    scheduler: dict
+    data: tuple[int, torch.Tensor]
+    rng: dict[str, torch.Tensor]
+
+
+@dataclasses.dataclass
 class Trained:
     """A trained model (best-validation weights restored), not yet scored on the test set."""
 
@@ -92,6 +112,7 @@ class Trained:
     test_set: tuple[torch.Tensor, torch.Tensor]
     steps: int
     train_s: float
+    checkpoint: Checkpoint | None = None  # kept at the cap when asked for (``extend``)
 
     @property
     def val_accuracy(self) -> float | None:
@@ -127,11 +148,49 @@ def run_one(cfg: RunConfig, device: torch.device, show: bool,
     return trained.record(device)
 
 
-def train_one(cfg: RunConfig, device: torch.device, show: bool) -> Trained:
-    """Train one learning rate; the best-validation weights are restored, the test set
-    is not touched."""
+def _trainer(device: torch.device, show: bool, max_steps: int, grad_clip):
     from lightning import Trainer
 
+    callbacks = _step_bar() if show else []  # the module's History stops the run
+    # the module validates itself (RecallModule.validate): Lightning's loop never does
+    return Trainer(
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=[device.index or 0] if device.type == "cuda" else 1,
+        max_steps=max_steps, limit_val_batches=0, num_sanity_val_steps=0, logger=False,
+        enable_checkpointing=False, enable_model_summary=False,
+        enable_progress_bar=show, callbacks=callbacks,
+        gradient_clip_val=grad_clip, gradient_clip_algorithm="norm")
+
+
+def _fit(trainer, module, loader, step_offset: int = 0) -> tuple[int, float]:
+    """Train; (steps done in all, seconds).  The final weights are validated too."""
+    t0 = time.perf_counter()
+    with _ctrl_c_kept(trainer):
+        trainer.fit(module, train_dataloaders=loader)
+        steps = step_offset + trainer.global_step
+        if module.last_val_step != steps:  # score the final weights too
+            module.validate(steps)
+    return steps, time.perf_counter() - t0
+
+
+def _rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_rng_state(state: dict[str, torch.Tensor], device: torch.device) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def train_one(cfg: RunConfig, device: torch.device, show: bool,
+              checkpoint: bool = False) -> Trained:
+    """Train one learning rate; the best-validation weights are restored, the test set
+    is not touched.  ``checkpoint``: keep the run's :class:`Checkpoint` if it stopped at
+    its cap (for :func:`extend`)."""
     from recallbench.harness.module import RecallModule
 
     tc = cfg.train
@@ -143,23 +202,55 @@ def train_one(cfg: RunConfig, device: torch.device, show: bool) -> Trained:
                           val_draw=draw)
     train_s = 0.0
     steps = 0
+    kept = None
     if adapter.trainable and tc.max_steps > 0:
-        callbacks = _step_bar() if show else []  # the module's History stops the run
-        # the module validates itself (RecallModule.validate): Lightning's loop never does
-        trainer = Trainer(
-            accelerator="gpu" if device.type == "cuda" else "cpu",
-            devices=[device.index or 0] if device.type == "cuda" else 1,
-            max_steps=tc.max_steps if tc.max_steps_limit is None else tc.max_steps_limit,
-            limit_val_batches=0, num_sanity_val_steps=0, logger=False,
-            enable_checkpointing=False, enable_model_summary=False,
-            enable_progress_bar=show, callbacks=callbacks,
-            gradient_clip_val=tc.grad_clip, gradient_clip_algorithm="norm")
-        t0 = time.perf_counter()
-        with _ctrl_c_kept(trainer):
-            trainer.fit(module, train_dataloaders=dm.train_dataloader())
-            steps = trainer.global_step
-            if module.last_val_step != steps:  # score the final weights too
-                module.validate(steps)
-        train_s = time.perf_counter() - t0
+        trainer = _trainer(device, show,
+                           tc.max_steps if tc.max_steps_limit is None else tc.max_steps_limit,
+                           tc.grad_clip)
+        stream = TrainStream(cfg.task, tc.batch_size, tc.seed)
+        loader = torch.utils.data.DataLoader(stream, batch_size=None)
+        steps, train_s = _fit(trainer, module, loader)
+        if checkpoint and steps == module.cap:
+            kept = Checkpoint(steps, copy.deepcopy(model.state_dict()),
+                              copy.deepcopy(trainer.optimizers[0].state_dict()),
+                              trainer.lr_scheduler_configs[0].scheduler.state_dict(),
+                              stream.position(steps), _rng_state(device))
         module.restore_best()
-    return Trained(cfg, adapter, model, module, dm.test_set, steps, train_s)
+    return Trained(cfg, adapter, model, module, dm.test_set, steps, train_s, kept)
+
+
+def extend(t: Trained, limit: int, device: torch.device) -> Trained:
+    """Continue ``t``, stopped at its cap with its checkpoint, under ``max_steps_limit``
+    ``limit``: the cap doubles while it improves, as if ``t`` had had the limit from the
+    start.  Its module and model go on (``t`` is spent); the Trained returned has the
+    limit's config, all its steps and all its training time.  When the run does not go on
+    (converged, or the limit is not above the cap) it is ``t`` under the limit's config.
+    DivergedError if it diverges past the cap; ``t`` is then as it was."""
+    cfg = dataclasses.replace(t.cfg, train=dataclasses.replace(t.cfg.train,
+                                                                max_steps_limit=limit))
+    module, ck = t.module, t.checkpoint
+    module.limit = limit
+    if ck is None or not module.extends():
+        return dataclasses.replace(t, cfg=cfg, checkpoint=None)
+    before = {k: copy.copy(getattr(module, k)) for k in
+              ("history", "best_val", "best_step", "best_state", "last_val_step", "cap",
+               "extended", "step_offset", "train_cfg")}
+    before["history"] = copy.deepcopy(module.history)
+    t.model.load_state_dict(ck.weights)
+    t.model.train()  # as it trained (scoring it left it in eval mode)
+    module.resume(cfg.train, ck.steps, ck.optimizer, ck.scheduler)
+    _set_rng_state(ck.rng, device)
+    tc = cfg.train
+    loader = torch.utils.data.DataLoader(
+        TrainStream(cfg.task, tc.batch_size, tc.seed, resume_from=ck.data), batch_size=None)
+    try:
+        steps, train_s = _fit(_trainer(device, False, limit - ck.steps, tc.grad_clip),
+                              module, loader, ck.steps)
+    except BaseException:
+        for k, v in before.items():
+            setattr(module, k, v)
+        module.limit = t.cfg.train.max_steps_limit
+        module.restore_best()
+        raise
+    module.restore_best()
+    return Trained(cfg, t.adapter, t.model, module, t.test_set, steps, t.train_s + train_s)
