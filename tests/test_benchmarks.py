@@ -144,6 +144,21 @@ def test_bench_capacity_prints_the_cpu_time_of_a_card(tmp_path):
 
 
 @pytest.mark.slow
+def test_bench_extension_prints_both_ways_and_their_ratio():
+    """A search whose chosen lr is extended (40 → 160 steps): continued from its checkpoint
+    it trains 40 steps fewer than trained again, and both give the same record."""
+    out = bench("bench_extension.py", "--num-facts", "4", "--set",
+                "train.max_steps=40 train.max_steps_limit=160 train.val_every=10 "
+                "train.val_size=64 train.test_size=64")
+    cont = re.search(r"continued: +(\d+) steps trained", out)
+    again = re.search(r"again: +(\d+) steps trained", out)
+    assert cont and again, out
+    assert int(again[1]) - int(cont[1]) == 40, out
+    assert re.search(r"again / continued: [\d.]+x the CPU time; the same record: yes$", out,
+                     re.M), out
+
+
+@pytest.mark.slow
 def test_bench_recipes_prints_both_recipes_side_by_side():
     out = bench("bench_recipes.py", "--seeds", "0,1", "--level", "0", "--set",
                 "task.vocab_size=32 task.seq_len=16 task.num_facts=4 model.d_model=8 "
