@@ -32,6 +32,8 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--time-budget", type=float, default=60.0, help="minutes")
     p.add_argument("--max-cells", type=int, default=12)
+    p.add_argument("--max-step", type=float, default=0.0,
+                   help="as capacity --max-step (default 0: none, as cpu-v3 searched)")
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--store", default=None)
     args = p.parse_args(argv)
@@ -43,7 +45,8 @@ def main(argv=None) -> int:
                             d_model=args.d_model, d_state=args.d_state, n_layers=1,
                             vocab_size=512, set=args.set, time_budget=args.time_budget,
                             cpu_budget=None,
-                            max_cells=args.max_cells, workers=args.workers)
+                            max_cells=args.max_cells, workers=args.workers,
+                            max_step=args.max_step)
     seeds = cli._seeds(args.seeds)
     base = cli.base_config(ns)
     workers = cli._workers(ns, seeds)
@@ -51,7 +54,8 @@ def main(argv=None) -> int:
         store = Path(args.store) if args.store else Path(tmp) / "store"
         cpu0, t0 = time.process_time(), time.perf_counter()
         res = capacity.run(base, seeds=seeds, store=store, budget_s=args.time_budget * 60,
-                           max_cells=args.max_cells, workers=workers, say=lambda s: None)
+                           max_cells=args.max_cells, workers=workers, say=lambda s: None,
+                           max_step=args.max_step or None)
         driver_cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
     card = res.card
     print(f"capacity card: {args.adapter} D={args.d_model} N={args.d_state}, seeds {seeds}, "

@@ -73,6 +73,37 @@ def test_the_search_brackets_a_known_state_and_measures_it(n_eff):
     assert cap["p1_delta"]["value"] < cap["p50"]["value"]
 
 
+@pytest.mark.parametrize("n_eff", [16.0, 64.0])
+def test_max_step_keeps_each_new_cell_within_a_factor_of_those_measured(n_eff):
+    """Unlimited, the search jumps more than 2x after a cell near the ceiling (the law
+    says far more state); with max_step 2 no cell is placed beyond 2x the largest or below
+    half the smallest measured, and the card is still measured, on the same state."""
+    free, capped = simulated(n_eff), simulated(n_eff)
+    res = {}
+    for name, runner, step in (("free", free, None), ("capped", capped, 2.0)):
+        res[name] = capacity.measure(BASE, run_cell=runner, seeds=(0,), budget_s=1e9,
+                                     say=lambda s: None, max_step=step)
+    jumps = lambda runner: [(max(nf for nf, in runner.calls[:i]), runner.calls[i][0])
+                            for i in range(1, len(runner.calls))]
+    assert any(nf > 2 * top for top, nf in jumps(free))
+    assert all(nf <= 2 * top for top, nf in jumps(capped))
+    for name in res:
+        card = res[name].card
+        assert card["status"] == "measured", name
+        assert abs(card["s_eff"]["value"] / (2 * 32 * n_eff) - 1) < 0.15, name
+
+
+def test_max_step_is_replayed_as_the_run_used_it():
+    runner = simulated(64.0)
+    run = capacity.measure(BASE, run_cell=runner, seeds=(0,), budget_s=1e9,
+                           say=lambda s: None, max_step=2.0)
+    same = capacity.replay(BASE, run.records, seeds=(0,), max_step=2.0)
+    assert [c["num_facts"] for c in same.card["cells"]] == \
+        [c["num_facts"] for c in run.card["cells"]] and same.stopped == "measured"
+    other = capacity.replay(BASE, run.records, seeds=(0,))  # without it: another search
+    assert other.stopped != "measured"
+
+
 @pytest.mark.slow
 def test_the_card_interval_covers_the_true_state():
     """12 simulated searches at each of three states, one seed a cell: the 95% interval of
@@ -204,6 +235,7 @@ def test_the_card_renders_json_markdown_and_png(tmp_path):
     (["--d-model", "8", "--set", "task.num_facts=4"], "--set task."),
     (["--d-model", "8", "--state-size", "5"], "--state-size"),
     (["--d-model", "8", "--set", "train.batch_size=0"], "train.batch_size"),
+    (["--d-model", "8", "--max-step", "1.2"], "--max-step 1.2 is not allowed"),
 ])
 def test_bad_flags_are_one_line_and_nothing_trains(cli, flags, field, tmp_path):
     rc, out, err = cli("capacity", "--adapter", "linear-mamba", "--out", str(tmp_path / "o"),

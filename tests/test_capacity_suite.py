@@ -142,12 +142,29 @@ def test_an_edit_without_re_signing_is_refused(board):
     ({"task": {"name": "ar", "vocab_size": 512}}, "task.name must be mqar"),
     ({"capacity": {"max_cells": 0}}, r"capacity.max_cells = 0 is not allowed"),
     ({"capacity": {"cells": 3}}, "capacity must be a mapping of cpu_budget_min, max_cells"),
+    ({"capacity": {"max_cells": 12, "max_step": 1.2}}, r"capacity.max_step = 1.2 is not allowed"),
     ({"seq_len_per_fact": 8}, "seq_len_per_fact: 4"),
 ])
 def test_a_bad_capacity_suite_is_one_line(tmp_path, change, message):
     d = _suite_copy(tmp_path, **change)
     with pytest.raises(ConfigError, match=message):
         lb.load_suite(d)
+
+
+def test_a_suite_s_max_step_reaches_its_search_and_cpu_v3_has_none(tmp_path, monkeypatch):
+    """cpu-v3 searched without a step limit, and its replay must too; a suite that sets
+    capacity.max_step runs and replays its search with it."""
+    from recallbench.leaderboard import capacity_suite
+
+    assert capacity_suite.max_step(lb.load_suite(V3)) is None
+    suite = lb.load_suite(_suite_copy(tmp_path, capacity={"max_cells": 3, "cpu_budget_min": 1,
+                                                          "max_step": 2}))
+    seen = []
+    monkeypatch.setattr(capacity, "measure", lambda *a, **k: seen.append(k["max_step"]) or
+                        capacity.Result({"cells": [], "status": "bound"}, "test", []))
+    run_capacity_suite(suite, "designed", tmp_path / "store", log=lambda s: None)
+    capacity_suite._replay(suite, budget_base(suite, "designed", suite.budgets[0]), [])
+    assert seen == [2.0, 2.0]
 
 
 def test_grid_suites_keep_their_recipe_hash():

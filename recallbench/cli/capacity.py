@@ -49,6 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the store included (what a capacity suite uses: the same cell on a "
                         "shared or an idle machine)")
     p.add_argument("--max-cells", type=int, default=12, help="at most this many N_f (default 12)")
+    p.add_argument("--max-step", type=float, default=0.0, metavar="R",
+                   help="each new N_f within R times the largest (1/R the smallest) measured "
+                        "so far, R in [1.5, 100] (default 0: no limit, as leaderboards/cpu-v3 "
+                        "searched)")
     p.add_argument("--workers", type=int, default=None,
                    help="train a cell's seeds in this many processes (default: the seeds, at "
                         "most the CPUs; 1 with --factory)")
@@ -97,6 +101,9 @@ def base_config(args) -> dict:
                              ("--max-cells", args.max_cells, 1)):
         if value < low:
             raise ConfigError(f"{flag} {value} is not allowed: must be >= {low}")
+    step = getattr(args, "max_step", None)
+    if step and not 1.5 <= step <= 100:
+        raise ConfigError(f"--max-step {step:g} is not allowed: 0 (no limit) or in [1.5, 100]")
     for flag, value in (("--time-budget", args.time_budget), ("--cpu-budget", args.cpu_budget)):
         if value is not None and not 0 < value <= 7 * 24 * 60:
             raise ConfigError(f"{flag} {value:g} is not allowed: minutes in (0, 10080]")
@@ -174,7 +181,8 @@ def command(args) -> int:
     result = capacity.run(base, seeds=seeds, store=Path(args.store) if args.store
                           else out / "store",
                           budget_s=(args.cpu_budget if cpu else args.time_budget) * 60,
-                          max_cells=args.max_cells, workers=workers, cpu=cpu)
+                          max_cells=args.max_cells, workers=workers, cpu=cpu,
+                          max_step=args.max_step or None)
     written = write_card(result.card, out)
     from recallbench.law.card_render import headline
 

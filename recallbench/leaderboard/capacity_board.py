@@ -183,8 +183,13 @@ def _intro_items(suite: Suite) -> list[tuple[str, str]]:
             ("budgets", budgets),
             ("recipe", f"{recipe}; {suite.lr_text()}; seeds {', '.join(map(str, suite.seeds))}"),
             ("search", f"at most {cap['max_cells']} cells and {cap['cpu_budget_min']:g} CPU-min per "
-                       f"budget; best of seeds per cell; S_eff fitted with the law ({sc['form']}), "
+                       f"budget{_step_text(cap)}; best of seeds per cell; S_eff fitted with the law ({sc['form']}), "
                        f"δ = {sc['delta']}, {int(sc['level'] * 100)}% intervals")]
+
+
+def _step_text(cap) -> str:
+    step = cap.get("max_step")
+    return "" if step is None else f"; each new N_f within {step:g}x those measured"
 
 
 def _md_table(head, body) -> list[str]:

@@ -43,6 +43,12 @@ def cpu_budget_s(suite: Suite) -> float:
     return float(suite.capacity["cpu_budget_min"]) * 60.0
 
 
+def max_step(suite: Suite) -> float | None:
+    """The search's ``capacity.max_step``: None (no limit) unless the suite sets it."""
+    step = suite.capacity.get("max_step")
+    return None if step is None else float(step)
+
+
 def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
                        model_extra: Mapping | None = None, workers: int = 1,
                        log: Callable[[str], None] = print) -> dict[str, dict]:
@@ -59,7 +65,8 @@ def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
             f"{suite.capacity['cpu_budget_min']:g} CPU-min")
         result = capacity.run(base, seeds=suite.seeds, store=store, budget_s=cpu_budget_s(suite),
                               max_cells=int(suite.capacity["max_cells"]), workers=workers,
-                              delta=float(suite.scoring["delta"]), say=log, cpu=True)
+                              delta=float(suite.scoring["delta"]), say=log, cpu=True,
+                              max_step=max_step(suite))
         cards[b["name"]] = result.card
         log(f"  {b['name']}: {result.card['status']} ({result.stopped})")
     return cards
@@ -125,7 +132,8 @@ def _replay(suite: Suite, base: Mapping, records: list[Mapping]):
 
     return capacity.replay(base, records, seeds=suite.seeds,
                            max_cells=int(suite.capacity["max_cells"]),
-                           delta=float(suite.scoring["delta"]), cpu_budget_s=cpu_budget_s(suite))
+                           delta=float(suite.scoring["delta"]), cpu_budget_s=cpu_budget_s(suite),
+                           max_step=max_step(suite))
 
 
 def stored_card(card: Mapping) -> dict:

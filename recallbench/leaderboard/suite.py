@@ -22,7 +22,9 @@ A suite (``leaderboards/<suite>/suite.yaml``, schema ``recallbench.suite/1``)::
                                          # (guess: judge cells against the guess level;
                                          # false when absent, the scoring of older suites)
     retired: "superseded by ..."        # optional: no new runs or submissions
-    capacity: {max_cells: 12, cpu_budget_min: 30}  # a capacity suite (below)
+    capacity: {max_cells: 12, cpu_budget_min: 30}  # a capacity suite (below); max_step: R
+                                         # keeps each new N_f within R times those measured
+                                         # (none when absent, as cpu-v3 searched)
 
 A **capacity suite** (``capacity`` set; no ``num_facts``) measures each (adapter, budget) by
 ``recallbench capacity``'s search (:mod:`recallbench.runs.capacity`): MQAR at the suite's V,
@@ -74,7 +76,8 @@ SUITE_KEYS = {"schema", "name", "title", "description", "task", "num_facts", "bu
               "seq_len_per_fact", "capacity"}
 RECIPE_KEYS = ("task", "num_facts", "budgets", "adapters", "train", "lr", "seeds", "seq_len_per_fact",
                "capacity")
-CAPACITY_KEYS = {"max_cells": (1, 64), "cpu_budget_min": (0.1, 7 * 24 * 60)}
+CAPACITY_KEYS = {"max_cells": (1, 64), "cpu_budget_min": (0.1, 7 * 24 * 60),
+                 "max_step": (1.5, 100)}
 SUITE_BUDGET_KEYS = {"name", "model", "adapters", "description"}
 
 

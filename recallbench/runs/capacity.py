@@ -16,7 +16,13 @@ card still lacks:
   first: a higher p is a smaller N_f and a shorter L), else the least covered of them.
 
 A cell at the ceiling with no finite fit doubles the largest N_f; a cell at the guess with
-nothing above it halves the smallest.  N_f runs from :data:`MIN_FACTS` to V/2 − 1 (the keys
+nothing above it halves the smallest.  ``max_step`` R (``capacity --max-step``, a capacity
+suite's ``capacity.max_step``; none unless given) keeps each new N_f within R times the
+largest and 1/R times the smallest N_f measured.  A trained model's curve is shallower than
+the law's, so a fit on one cell near the ceiling can put the next far beyond it (on cpu-v3,
+N_f = 24 at 0.94 placed the next at 163, and 9 placed 54: each needed more than the budget
+left, and the card stopped with one cell); on runs that follow the law exactly the limit
+neither saves nor costs much (tests/test_capacity.py).  N_f runs from :data:`MIN_FACTS` to V/2 − 1 (the keys
 of V).  It stops when the card is measured (``law.card.criteria``), when the next N_f was
 measured already or leaves that range, after ``max_cells`` cells, or when the time left
 cannot hold the next cell (its predicted time: the new L times the highest time per token
@@ -80,8 +86,10 @@ def predicted(num_facts, d_model: int, n_eff: float, vocab: int, share: float,
     return f + (1.0 - f) * p
 
 
-def next_facts(card: Mapping, d_model: int, n_eff0: float, vocab: int) -> tuple[int | None, str]:
-    """The next N_f to measure and why, or (None, reason) when the search cannot go on."""
+def next_facts(card: Mapping, d_model: int, n_eff0: float, vocab: int,
+               max_step: float | None = None) -> tuple[int | None, str]:
+    """The next N_f to measure and why, or (None, reason) when the search cannot go on;
+    within ``max_step`` times the N_f measured (module doc) when given."""
     cells = card["cells"]
     done = {c["num_facts"] for c in cells}
     top = (vocab // 2) - 1
@@ -111,6 +119,10 @@ def next_facts(card: Mapping, d_model: int, n_eff0: float, vocab: int) -> tuple[
         order = np.argsort(np.abs(p - target), kind="stable")
         free = [int(grid[i]) for i in order if int(grid[i]) not in done]
         nf, why = (free[0], f"aiming at p = {target}") if free else (None, "")
+    if max_step and nf is not None and done:
+        hi, lo = math.floor(max_step * max(done)), math.ceil(min(done) / max_step)
+        if nf > hi or nf < lo:
+            nf, why = min(max(nf, lo), hi), f"{why}, a step of at most {max_step:g}x"
     if nf is None or nf < MIN_FACTS:
         return None, "no N_f left below: the smallest N_f is at the guess level"
     if nf > top:
@@ -132,7 +144,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
             run_cell: Callable[[list[dict]], list[dict]] | None, done: Mapping[str, dict] | None = None,
             max_cells: int = MAX_CELLS, delta: float = 0.01,
             say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic,
-            cpu: bool = False) -> Result:
+            cpu: bool = False, max_step: float | None = None) -> Result:
     """Run the search (module doc).  ``run_cell(configs) -> records`` trains one cell's
     seeds (the caller stores them); ``done``: records already in the store, by config hash,
     reused instead of trained.  ``run_cell=None`` replays the search over ``done`` alone
@@ -196,7 +208,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
             return Result({**card, "stopped": why}, why, records)
         if card["status"] == "measured":
             return Result({**card, "stopped": "measured"}, "measured", records)
-        nf, why = next_facts(card, d, n_eff0, vocab)
+        nf, why = next_facts(card, d, n_eff0, vocab, max_step)
         if nf is None:
             say(f"capacity: stop: {why}")
             return Result({**card, "stopped": why}, why, records)
@@ -205,7 +217,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
 
 def replay(base: Mapping[str, Any], records, *, seeds: Sequence[int],
            max_cells: int = MAX_CELLS, delta: float = 0.01,
-           cpu_budget_s: float | None = None) -> Result:
+           cpu_budget_s: float | None = None, max_step: float | None = None) -> Result:
     """The search over ``records`` alone, training nothing: the cells it visits in order
     (the same as the run that made them: the search is a function of the records), the card
     they make, and where it stops.  What a submission is built from and checked against.
@@ -215,7 +227,7 @@ def replay(base: Mapping[str, Any], records, *, seeds: Sequence[int],
             if r.get("status") == "ok" and r.get("config_hash")}
     return measure(base, seeds=seeds, budget_s=math.inf if cpu_budget_s is None else cpu_budget_s,
                    run_cell=None, done=done, max_cells=max_cells, delta=delta,
-                   say=lambda _: None, cpu=cpu_budget_s is not None)
+                   say=lambda _: None, cpu=cpu_budget_s is not None, max_step=max_step)
 
 
 def n_eff_prior(base: Mapping[str, Any]) -> float:
@@ -230,7 +242,8 @@ def n_eff_prior(base: Mapping[str, Any]) -> float:
 
 def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float,
         max_cells: int = MAX_CELLS, workers: int = 1, delta: float = 0.01,
-        say: Callable[[str], None] = print, cpu: bool = False) -> Result:
+        say: Callable[[str], None] = print, cpu: bool = False,
+        max_step: float | None = None) -> Result:
     """:func:`measure` with real training: each cell's seeds on ``workers`` processes
     (in this process when 1), every record appended to ``store`` as it finishes, and the
     store's records reused on a rerun.  ``cpu``: the budget is CPU seconds (:func:`measure`)."""
@@ -255,7 +268,8 @@ def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float
                 return got
 
             return measure(base, seeds=seeds, budget_s=budget_s, run_cell=run_cell, done=done,
-                           max_cells=max_cells, delta=delta, say=say, cpu=cpu)
+                           max_cells=max_cells, delta=delta, say=say, cpu=cpu,
+                           max_step=max_step)
     finally:
         executor.close()
 
