@@ -10,7 +10,8 @@ chosen one extended up to 8,000 while it improves), seed 0.  Both ways are timed
 process after an untimed warm-up, each ``--reps`` times, alternating which goes first (CPU
 time of the process, one thread):
 
-* ``continued``: ``recallbench.harness.train.run``, the search as it is;
+* ``continued``: ``recallbench.harness.lr_search.run_search``, the search as it is (what
+  ``recallbench.harness.train.run`` calls, without its provenance and timing around it);
 * ``again``: the same candidates (``train_one``), then the chosen one's lr trained from the
   start with the limit, what the search did before it kept checkpoints.
 
@@ -41,7 +42,7 @@ def main(argv=None) -> int:
     from recallbench.api.config import apply_overrides, resolve
     from recallbench.harness.lr_candidates import candidates, choose, entry
     from recallbench.harness.single import train_one
-    from recallbench.harness.train import run
+    from recallbench.harness.lr_search import run_search
     from recallbench.runs.capacity import TRAIN, cell_config
 
     torch.set_num_threads(1)
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
     limit, cpu = cfg.train.max_steps_limit, torch.device("cpu")
 
     def continued():
-        rec = run(cfg.to_dict())
+        rec = run_search(cfg, cpu, False, batched=False)
         steps = sum(e["steps"] for e in rec["lr_search"])
         return rec, steps
 
