@@ -99,6 +99,7 @@ class Processes:
             self._pool = WorkerPool(self.workers, self.threads, WORKER_START_S, self._preload(),
                                     self._context)
         pool = self._pool
+        finished = False
         try:
             while todo or pool.busy():
                 for w in pool.idle():
@@ -142,9 +143,12 @@ class Processes:
                     else:
                         yield i, RuntimeError(f"worker process died twice while running "
                                               f"this point (exit code {code})")
+            finished = True
         finally:
-            if self._pool is not None and self._pool.busy():
-                self.stop()  # left early (an error, Ctrl-C, SIGTERM): stop the work in flight
+            # left early (an error, Ctrl-C, SIGTERM, the caller closing it): stop the work in
+            # flight, and drop the pool even when its workers happen to be idle already
+            if self._pool is not None and (not finished or self._pool.busy()):
+                self.stop()
 
     def _preload(self) -> tuple[str, ...]:
         """The modules a worker imports before it is ready: what its points run."""
