@@ -65,7 +65,8 @@ def test_the_suite_is_the_capacity_protocol_of_the_cli():
     for b in suite.budgets:
         args = argparse.Namespace(d_model=b["model"]["d_model"], d_state=b["model"]["d_state"],
                                   n_layers=1, vocab_size=suite.data["task"]["vocab_size"],
-                                  max_cells=12, time_budget=20, cpu_budget=None, state_size=None,
+                                  max_cells=12, max_step=0.0, time_budget=20, cpu_budget=None,
+                                  state_size=None,
                                   factory=None,
                                   adapter="linear-mamba", set=[])
         cli = capacity.cell_config(base_config(args), 9, 1)

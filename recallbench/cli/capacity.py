@@ -16,7 +16,8 @@ from pathlib import Path
 
 from recallbench.api.errors import ConfigError
 
-from recallbench.runs.capacity import EXPECTED_CELLS, TRAIN  # TRAIN: every card's protocol
+# TRAIN: every card's protocol
+from recallbench.runs.capacity import EXPECTED_CELLS, MAX_STEP_RANGE, TRAIN
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,8 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-cells", type=int, default=12, help="at most this many N_f (default 12)")
     p.add_argument("--max-step", type=float, default=0.0, metavar="R",
                    help="each new N_f within R times the largest (1/R the smallest) measured "
-                        "so far, R in [1.5, 100] (default 0: no limit, as leaderboards/cpu-v3 "
-                        "searched)")
+                        f"so far, R in [{MAX_STEP_RANGE[0]:g}, {MAX_STEP_RANGE[1]:g}] (default "
+                        "0: no limit, as leaderboards/cpu-v3 searched)")
     p.add_argument("--workers", type=int, default=None,
                    help="train a cell's seeds in this many processes (default: the seeds, at "
                         "most the CPUs; 1 with --factory)")
@@ -101,9 +102,10 @@ def base_config(args) -> dict:
                              ("--max-cells", args.max_cells, 1)):
         if value < low:
             raise ConfigError(f"{flag} {value} is not allowed: must be >= {low}")
-    step = getattr(args, "max_step", None)
-    if step and not 1.5 <= step <= 100:
-        raise ConfigError(f"--max-step {step:g} is not allowed: 0 (no limit) or in [1.5, 100]")
+    lo, hi = MAX_STEP_RANGE
+    if args.max_step and not lo <= args.max_step <= hi:
+        raise ConfigError(f"--max-step {args.max_step:g} is not allowed: 0 (no limit) or in "
+                          f"[{lo:g}, {hi:g}]")
     for flag, value in (("--time-budget", args.time_budget), ("--cpu-budget", args.cpu_budget)):
         if value is not None and not 0 < value <= 7 * 24 * 60:
             raise ConfigError(f"{flag} {value:g} is not allowed: minutes in (0, 10080]")

@@ -66,6 +66,7 @@ from recallbench.api.canonical import sha256_of, strip_execution
 from recallbench.api.errors import ConfigError
 from recallbench.leaderboard.checks import check_name, is_count, is_int, is_num, need, short
 from recallbench.leaderboard.yaml_io import read_yaml_data
+from recallbench.runs.capacity import MAX_STEP_RANGE
 
 SUITE_SCHEMA = "recallbench.suite/1"
 MAX_SUITE_BYTES = 256 << 10
@@ -77,7 +78,7 @@ SUITE_KEYS = {"schema", "name", "title", "description", "task", "num_facts", "bu
 RECIPE_KEYS = ("task", "num_facts", "budgets", "adapters", "train", "lr", "seeds", "seq_len_per_fact",
                "capacity")
 CAPACITY_KEYS = {"max_cells": (1, 64), "cpu_budget_min": (0.1, 7 * 24 * 60),
-                 "max_step": (1.5, 100)}
+                 "max_step": MAX_STEP_RANGE}
 SUITE_BUDGET_KEYS = {"name", "model", "adapters", "description"}
 
 

@@ -50,6 +50,8 @@ MIN_FACTS = 2  # at N_f = 1 the guess level is 1: nothing to measure
 TARGETS = (0.6, 0.4, 0.8, 0.2)
 SPACING = 0.1  # a new target at least this far from every cell already between the ends
 MAX_CELLS = 12
+#: the allowed ``max_step`` R (``capacity --max-step``, a suite's ``capacity.max_step``)
+MAX_STEP_RANGE = (1.5, 100.0)
 #: the protocol every card trains with (``capacity --set`` changes it; the card records it;
 #: a capacity suite's ``train``, leaderboards/cpu-v3, is this)
 TRAIN = {"lr": [0.003, 0.01, 0.03], "max_steps": 2000, "max_steps_limit": 8000,

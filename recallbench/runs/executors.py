@@ -146,8 +146,9 @@ class Processes:
             finished = True
         finally:
             # left early (an error, Ctrl-C, SIGTERM, the caller closing it): stop the work in
-            # flight, and drop the pool even when its workers happen to be idle already
-            if self._pool is not None and (not finished or self._pool.busy()):
+            # flight, and drop the pool even when its workers happen to be idle already (a
+            # run that finished left none busy: the loop ends only then)
+            if not finished and self._pool is not None:
                 self.stop()
 
     def _preload(self) -> tuple[str, ...]:
