@@ -181,3 +181,14 @@ def test_bench_recipes_prints_both_recipes_side_by_side():
     assert refused.returncode == 1 and refused.stderr.strip() == (
         "bench_recipes: --set train.recipe is not allowed: the benchmark runs both recipes, "
         "null and paper")
+
+
+@pytest.mark.slow
+def test_bench_heap_prints_both_settings_their_ratio_and_the_same_loss():
+    out = bench("bench_heap.py", "--facts", "15", "--reps", "1", "--steps", "5")
+    row = re.search(r"^\s+15\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+(\w+)$", out, re.M)
+    if row is None:  # off glibc the settings do not exist, and the script says so
+        assert "not available here" in out, out
+        return
+    assert row[6] == "True", out  # the same loss with and without: nothing computed changed
+    assert float(row[5]) == pytest.approx(float(row[1]) / float(row[3]), abs=0.01)

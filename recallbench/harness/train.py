@@ -25,6 +25,7 @@ import torch
 from recallbench.api.config import RunConfig, resolve
 from recallbench.api.kernels import preflight
 from recallbench.api.registry import ADAPTERS
+from recallbench.harness.heap import keep_freed_memory
 from recallbench.harness.prepare import cpu_threads, pick_device, pick_threads, quiet_lightning
 from recallbench.harness.resources import check_memory
 from recallbench.harness.single import run_one
@@ -43,6 +44,8 @@ def run(config: RunConfig | Mapping[str, Any] | None = None, progress: bool | No
     preflight(adapter_cls, device)  # kernels that cannot run: one line now, not mid-training
     check_memory(cfg, str(device))
     threads = pick_threads(cfg) if device.type == "cpu" else torch.get_num_threads()
+    if device.type == "cpu":
+        keep_freed_memory()  # no page faults on each step's buffers (harness/heap.py)
     show = cfg.train.progress if progress is None else progress
     start, cpu_start = time.perf_counter(), time.process_time()
     with cpu_threads(threads), quiet_lightning():

@@ -19,6 +19,7 @@ from recallbench.harness.ensemble.model import StackedModels
 from recallbench.harness.ensemble.shape import (EnsembleError, as_config, check_same_shape,
                                                 ensemble_threads)
 from recallbench.harness.ensemble.train import Outcome, train
+from recallbench.harness.heap import keep_freed_memory
 from recallbench.harness.lr_candidates import announce as announce_entry
 from recallbench.harness.lr_candidates import candidates, choose, entry, searched_record
 from recallbench.harness.resources import check_memory
@@ -97,6 +98,8 @@ def _run_batched(searches: list[RunConfig], device: torch.device, progress: bool
     owner = [i for i, c in enumerate(searches) for _ in candidates(c)]
     cfgs = [m for c in searches for m in candidates(c)]
     threads = ensemble_threads(cfgs) if device.type == "cpu" else torch.get_num_threads()
+    if device.type == "cpu":
+        keep_freed_memory()  # harness/heap.py
     start = time.perf_counter()
     with cpu_threads(threads), warnings.catch_warnings():
         # ops without a batching rule (e.g. CPU SDPA) run member by member: correct, slower
