@@ -2,7 +2,7 @@
 
     python benchmarks/cuda_vs_cpu.py [--only NAME ...] [--device cuda] [--batch 8] [--d-model 64]
                                      [--d-state 16] [--seq-len L] [--reps 5] [--out FILE.jsonl]
-                                     [--time-limit 600] [--triton-f32 ieee|default|tf32]
+                                     [--time-limit 600] [--triton-f32 ieee|default|tf32] [--jobs 1]
 
 For every adapter available here it builds the model for the CPU (the pure-torch
 references: mamba-ssm's selective_scan_ref / ssd_minimal_discrete, fla's naive ops)
@@ -21,7 +21,9 @@ should use it).  Every row records ``torch_allow_tf32`` and ``TRITON_F32_DEFAULT
 
 Each adapter runs in a fresh process, killed after ``--time-limit`` seconds (its row then
 says so).  ``--out`` appends one JSON object per adapter to FILE (JSON lines), written and
-flushed as each adapter finishes.  With no CUDA device it says so and exits 0.
+flushed as each adapter finishes.  ``--jobs N`` runs N adapters' processes at once (the
+gaps are the same; the timings then share the device and the CPUs, and each row records
+``jobs``).  With no CUDA device it says so and exits 0.
 ``--device cpu`` is a dry run: the "other" path is then the libraries' Triton kernels under
 Triton's interpreter for the adapters whose kernels are Triton (benchmarks/kernel_parity.py;
 slow, no timings), and the same CPU path for the others (``other_path`` says which).
@@ -33,6 +35,7 @@ import json
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from kernel_parity import (TRITON_ADAPTERS, Parser, build, fwd_bwd, gaps, interpreter_env, json_lines,
                            library_kernels, patch_interpreter, precision_settings)  # benchmarks/
@@ -115,7 +118,7 @@ def run_one(name: str, argv: list[str], args) -> dict:
     """``compare`` in a fresh process, killed after ``--time-limit`` seconds."""
     cmd = [sys.executable, os.path.abspath(__file__), *argv, "--worker", name]
     rows, why = json_lines(cmd, worker_env(name, args), args.time_limit)
-    return rows[-1] if rows else {"adapter": name, "error": why}
+    return {**(rows[-1] if rows else {"adapter": name, "error": why}), "jobs": args.jobs}
 
 
 def parse(argv):
@@ -131,9 +134,10 @@ def parse(argv):
     ap.add_argument("--time-limit", type=float, default=600.0, help="seconds per adapter")
     ap.add_argument("--triton-f32", choices=("ieee", "default", "tf32"),
                     help="TRITON_F32_DEFAULT for the adapters' processes (default: as inherited)")
+    ap.add_argument("--jobs", type=int, default=1, help="adapters run at once (1)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    for flag in ("batch", "d_model", "d_state", "reps", "time_limit", "seq_len"):
+    for flag in ("batch", "d_model", "d_state", "reps", "time_limit", "seq_len", "jobs"):
         value = getattr(args, flag)
         if value is not None and value <= 0:
             ap.error(f"--{flag.replace('_', '-')} must be > 0")
@@ -171,12 +175,14 @@ def main(argv=None) -> int:
         except OSError as exc:
             print(f"--out {args.out}: cannot write ({exc.strerror})", file=sys.stderr)
             return 2
-    for name in runnable_adapters(args.only, word="skipped"):
-        row = run_one(name, argv, args)
-        print(show(row), flush=True)
-        if args.out:
-            with open(args.out, "a") as fh:
-                fh.write(json.dumps(row) + "\n")
+    names = list(runnable_adapters(args.only, word="skipped"))
+    with ThreadPoolExecutor(args.jobs) as pool:  # each job waits on its own process
+        for done in as_completed([pool.submit(run_one, n, argv, args) for n in names]):
+            row = done.result()  # written as each finishes: a step killed midway keeps them
+            print(show(row), flush=True)
+            if args.out:
+                with open(args.out, "a") as fh:
+                    fh.write(json.dumps(row) + "\n")
     return 0
 
 

@@ -14,12 +14,16 @@ say so, and a larger ``--budget-s`` gives every step more.
 * ``doctor``: ``recallbench doctor``'s text; adapters not on ``fused``/``own`` kernels on
   the GPU are named before the later steps start.
 * ``parity-ieee``, ``parity-default``: ``benchmarks/cuda_vs_cpu.py``, every adapter, with
-  ``--triton-f32 ieee`` and with Triton's default (TF32 dots); each adapter killed after
-  twice its equal part of the step (``parity-ieee.jsonl``, ``parity-default.jsonl``).
+  ``--triton-f32 ieee`` and with Triton's default (TF32 dots), ``--jobs`` adapters at once
+  (their gaps do not depend on it); each adapter killed after twice its equal part of the
+  step (``parity-ieee.jsonl``, ``parity-default.jsonl``).
 * ``table8``: ``recallbench run`` of the Table-8 default per adapter with ``--set
   model.adapter=NAME train.early_stop=0.99``: steps, ``train_s`` (the time to validation
-  accuracy 0.99 where reached, else the accuracy at the cap), kernel path; each adapter
-  gets the step's time left over the adapters left (``table8.jsonl``, records in ``table8/``).
+  accuracy 0.99 where reached, else the accuracy at the cap), kernel path.  linear-mamba
+  and mamba2 run alone, one after the other (the per-step times the docs quote); the
+  others ``--jobs`` at a time, sharing the device (each row's ``concurrent`` says with how
+  many).  Each run gets the step's time left over the rounds left (``table8.jsonl``,
+  records in ``table8/``).
 * ``throughput``: ``benchmarks/gpu_throughput.py`` on its middle cell, 32x16, with 1, 4, 16
   workers and ensembles of K = 8, 32, 64 (``throughput.jsonl``).  It trains linear-mamba
   only; mamba2 is recorded as not supported (its blocks do not vmap).
@@ -45,7 +49,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kernel_parity import Parser  # benchmarks/: argparse, a bad flag in one line, exit 2
@@ -55,8 +61,8 @@ BENCH = ROOT / "benchmarks"
 PROG = os.path.basename(__file__)
 PY = [sys.executable]
 #: each step's share of the budget (renormalised over the steps --only picks)
-SHARES = {"doctor": 0.04, "parity-ieee": 0.17, "parity-default": 0.12, "table8": 0.31,
-          "throughput": 0.2, "leaderboard": 0.16}
+SHARES = {"doctor": 0.04, "parity-ieee": 0.13, "parity-default": 0.10, "table8": 0.35,
+          "throughput": 0.22, "leaderboard": 0.16}
 QUICK_ADAPTERS = ("linear-mamba", "mamba2")
 QUICK_PARITY = ["--batch", "2", "--d-model", "16", "--d-state", "4", "--seq-len", "16",
                 "--reps", "1"]
@@ -175,11 +181,13 @@ def say_notes(c: Ctx, step: str) -> None:
 def step_parity(c: Ctx, limit: float, dot: str) -> dict:
     say_notes(c, f"parity-{dot}")
     path = c.out / f"parity-{dot}.jsonl"
-    per = max(10.0, 2 * (limit - 15) / max(len(c.adapters), 1))  # twice an equal part: the
-    # slow ones (Triton compiling) get longer; the step's limit still bounds them all
-    say(f"  parity-{dot}: {len(c.adapters)} adapters, each killed after {per:.0f} s")
+    jobs = min(c.args.jobs, max(len(c.adapters), 1))
+    per = max(10.0, min(limit - 10, 2 * jobs * (limit - 15) / max(len(c.adapters), 1)))
+    # twice an equal part: the slow ones (Triton compiling) get longer; the step's limit
+    # still bounds them all
+    say(f"  parity-{dot}: {len(c.adapters)} adapters, {jobs} at once, each killed after {per:.0f} s")
     cmd = PY + [str(BENCH / "cuda_vs_cpu.py"), "--device", c.device, "--triton-f32", dot,
-                "--out", str(path), "--time-limit", f"{per:.0f}",
+                "--out", str(path), "--time-limit", f"{per:.0f}", "--jobs", str(jobs),
                 *(QUICK_PARITY if c.quick else []), "--only", *c.adapters]
     r = c.call(f"parity-{dot}", cmd, limit)
     rows = read_jsonl(path)
@@ -192,6 +200,7 @@ def step_parity(c: Ctx, limit: float, dot: str) -> dict:
     if missing and r["why"]:
         r["why"] += f"; no row for {', '.join(missing)}"
     return {"commands": [r], "file": path.name, "rows": len(rows), "per_adapter_s": round(per),
+            "jobs": jobs,
             "row_errors": errors, "not_reached": missing}
 
 
@@ -218,23 +227,36 @@ def step_table8(c: Ctx, limit: float) -> dict:
     deadline = time.monotonic() + limit
     sets = f"train.early_stop=0.99 train.device={c.device}" + (QUICK_TABLE8 if c.quick else "")
     (c.out / "table8").mkdir(exist_ok=True)
-    cmds, reached = [], 0
-    for i, name in enumerate(c.adapters):
-        per = (deadline - time.monotonic()) / (len(c.adapters) - i)
+    alone = QUICK_ADAPTERS[:1] if c.quick else QUICK_ADAPTERS  # a dry run tries both ways
+    solo = [n for n in c.adapters if n in alone]
+    rest = [n for n in c.adapters if n not in alone]
+    jobs = max(1, min(c.args.jobs, len(rest)))
+    lock, waves = threading.Lock(), math.ceil(len(rest) / jobs)
+
+    def one(name: str, rounds: int, together: int) -> tuple[dict, dict]:
+        per = (deadline - time.monotonic()) / rounds  # the time left over the rounds left
         rec = c.out / "table8" / f"{name}.json"
         cmd = PY + ["-m", "recallbench.cli.main", "run", "--quiet", "--out", str(rec),
                     "--set", f"model.adapter={name} {sets}"]
         r = c.call(f"table8-{name}", cmd, per)
-        row = table8_row(name, r, rec)
+        row = {**table8_row(name, r, rec), "concurrent": together}
         r.update(status=row["status"], why=row["why"])
-        cmds.append(r)
-        append_jsonl(c.out / "table8.jsonl", row)
-        reached += row.get("steps_to_0.99") is not None
+        with lock:
+            append_jsonl(c.out / "table8.jsonl", row)
         got = (f"{row['steps']} steps, train {row['train_s']:.1f} s, accuracy "
                f"{row['accuracy']:.4f}, {(row['kernels'] or {}).get('path')} kernels"
                if "steps" in row else f"{row['status']}: {row['why']}")
-        say(f"  table8 {name}: {got}")
-    return {"commands": cmds, "file": "table8.jsonl", "rows": len(cmds), "reached_0.99": reached}
+        say(f"  table8 {name}{f' ({together} at once)' if together > 1 else ''}: {got}")
+        return r, row
+
+    done = [one(name, len(solo) - i + waves, 1) for i, name in enumerate(solo)]
+    if rest:
+        say(f"  table8: {len(rest)} more adapters, {jobs} at once")
+        with ThreadPoolExecutor(jobs) as pool:  # run i is in round i // jobs of the waves
+            done += list(pool.map(lambda i: one(rest[i], waves - i // jobs, jobs), range(len(rest))))
+    reached = sum(row.get("steps_to_0.99") is not None for _, row in done)
+    return {"commands": [r for r, _ in done], "file": "table8.jsonl", "rows": len(done),
+            "reached_0.99": reached, "jobs": jobs}
 
 
 def step_throughput(c: Ctx, limit: float) -> dict:
@@ -318,6 +340,7 @@ def environment(c: Ctx) -> dict:
     cuda = c.device != "cpu"
     return {"device": torch.cuda.get_device_name(0) if cuda else f"cpu ({os.cpu_count()} cores)",
             "device_kind": c.device, "quick": c.quick, "budget_s": c.args.budget_s,
+            "jobs": c.args.jobs, "cpus": os.cpu_count(),
             "python": sys.version.split()[0], "torch": torch.__version__,
             "torch_cuda": torch.version.cuda, "triton": triton_version(),
             "tf32": {"torch.backends.cuda.matmul.allow_tf32":
@@ -368,9 +391,15 @@ def parse(argv):
     ap.add_argument("--only", nargs="+", choices=list(SHARES), metavar="STEP",
                     help=f"run these steps only, of: {', '.join(SHARES)}")
     ap.add_argument("--budget-s", type=float, default=480.0, help="wall seconds in all (480)")
+    ap.add_argument("--jobs", type=int, help="adapters at once in the parity steps and in "
+                    "table8 after linear-mamba and mamba2 (default: 8 on cuda, 2 on cpu)")
     args = ap.parse_args(argv)
     if not args.budget_s > 0:
         ap.error(f"--budget-s {args.budget_s:g}: must be > 0")
+    if args.jobs is None:
+        args.jobs = 8 if args.device == "cuda" else 2
+    if not 1 <= args.jobs <= 32:
+        ap.error(f"--jobs {args.jobs}: must be 1 to 32")
     return args
 
 

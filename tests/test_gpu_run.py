@@ -52,6 +52,12 @@ def test_an_unknown_step_is_refused(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_jobs_out_of_range_is_refused(tmp_path):
+    refused(gpu_run("--device", "cpu", "--jobs", "0", "--out", str(tmp_path / "x")), "--jobs 0",
+            "1 to 32")
+    assert not (tmp_path / "x").exists()
+
+
 def test_out_is_required():
     refused(gpu_run("--device", "cpu"), "--out")
 
@@ -87,12 +93,16 @@ def test_dry_run_runs_every_step(tmp_path):
         rows = [json.loads(ln) for ln in (out / f"parity-{dot}.jsonl").read_text().splitlines()]
         assert sorted(r["adapter"] for r in rows) == sorted(adapters)
         assert all("error" not in r and r["TRITON_F32_DEFAULT"] == setting for r in rows), rows
+        assert all(r["jobs"] == 2 for r in rows), rows  # the dry run's default: 2 at once
 
     rows = [json.loads(ln) for ln in (out / "table8.jsonl").read_text().splitlines()]
     assert sorted(r["adapter"] for r in rows) == sorted(adapters)
     for r in rows:
         assert r["status"] == "ok" and r["steps"] == 2 and 0 <= r["accuracy"] <= 1, r
         assert r["kernels"]["path"] in ("own", "reference") and r["train_s"] >= 0
+    # linear-mamba alone first; the dry run sends mamba2 through the pool of the others
+    assert {r["adapter"]: r["concurrent"] for r in rows} == {"linear-mamba": 1, "mamba2": 1}
+    assert rows[0]["adapter"] == "linear-mamba" and lines[3]["jobs"] == 1
 
     rows = [json.loads(ln) for ln in (out / "throughput.jsonl").read_text().splitlines()]
     assert [r["mode"] for r in rows] == ["sequential", "workers", "ensemble"]
