@@ -5,11 +5,17 @@
     python benchmarks/gpu_run.py --out DIR [--only STEP ...] [--budget-s 480]
 
 Six steps, each in subprocesses under its own time limit: its share of ``--budget-s``
-(default 480 s, 8 minutes; the shares are printed up front), plus what earlier steps left unused, so that the whole run ends within the budget.
-Each subprocess leads its own process group, killed with it on a time-out or Ctrl-C.  A
-step that fails or runs past its limit is recorded with why, and the next one starts.  At
-480 s the slowest adapters (cold Triton compiles, reference kernels) may be cut: their rows
-say so, and a larger ``--budget-s`` gives every step more.
+(default 480 s, 8 minutes; the shares are printed up front), plus what earlier steps left
+unused, so that the whole run ends within the budget.  Each subprocess leads its own
+process group, killed with it on a time-out or Ctrl-C.  A step that fails or runs past its
+limit is recorded with why, and the next one starts.
+
+480 s is not enough on a fresh machine.  On an H200 (``docs/results/gpu/``) every process
+took about 20 s to start, and each fla or mamba-ssm adapter's first process was still
+compiling and autotuning its Triton kernels when its limit came (45 to 76 s, 8 at once);
+Triton and fla cache both, so later processes on the same machine skip it.  So plan two
+calls on one machine: ``--budget-s 560 --only doctor parity-ieee
+parity-default table8``, then ``--only throughput leaderboard`` with what is left.
 
 * ``doctor``: ``recallbench doctor``'s text; adapters not on ``fused``/``own`` kernels on
   the GPU are named before the later steps start.
@@ -121,7 +127,9 @@ class Ctx:
         t0 = time.monotonic()
         with open(f"{log}.out", "w") as out, open(f"{log}.err", "w") as err:
             proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                    cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                    cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                                   # a line per kernel autotuned, with its time
+                                                   "TRITON_PRINT_AUTOTUNING": "1"},
                                     start_new_session=True)
             try:
                 rc = proc.wait(timeout=limit)
@@ -130,9 +138,10 @@ class Ctx:
             finally:
                 kill_group(proc)
         seconds = round(time.monotonic() - t0, 1)
-        if rc is None:
+        if rc is None:  # where it was: its last line, if it printed one
+            last = last_line(f"{log}.err") or last_line(f"{log}.out")
             return {"label": name, "status": "timeout", "seconds": seconds,
-                    "why": f"ran past {limit:.0f} s"}
+                    "why": f"ran past {limit:.0f} s" + (f"; its last line: {last}" if last else "")}
         why = None if not rc else last_line(f"{log}.err") or last_line(f"{log}.out") or f"exit {rc}"
         return {"label": name, "status": "failed" if rc else "ok", "seconds": seconds, "why": why}
 
@@ -392,12 +401,14 @@ def parse(argv):
                     help=f"run these steps only, of: {', '.join(SHARES)}")
     ap.add_argument("--budget-s", type=float, default=480.0, help="wall seconds in all (480)")
     ap.add_argument("--jobs", type=int, help="adapters at once in the parity steps and in "
-                    "table8 after linear-mamba and mamba2 (default: 8 on cuda, 2 on cpu)")
+                    "table8 after linear-mamba and mamba2 (default: the CPUs, at most 16, on "
+                    "cuda; 2 on cpu)")
     args = ap.parse_args(argv)
     if not args.budget_s > 0:
         ap.error(f"--budget-s {args.budget_s:g}: must be > 0")
     if args.jobs is None:
-        args.jobs = 8 if args.device == "cuda" else 2
+        # each adapter's process compiles its Triton kernels on one CPU (minutes, cold)
+        args.jobs = min(16, os.cpu_count() or 1) if args.device == "cuda" else 2
     if not 1 <= args.jobs <= 32:
         ap.error(f"--jobs {args.jobs}: must be 1 to 32")
     return args
