@@ -25,8 +25,10 @@ finishes.  ``--quick`` shrinks everything for a dry run (one cell 4x2, 2 steps, 
 16 validation and test sequences, workers 1 and 2, the same ensemble sizes).
 
 The goal on one H200 is at least 20x the sequential runs per hour; it has not been
-measured yet (earlier H200 numbers: a 450-step Table-8 run took 4.1 s, a mamba2 step
-61 ms, an ensemble of 8 D=32 cells 3.27x the sequential runs).  On a CPU the ratios say
+measured yet.  On one H200 (docs/results/gpu/) the 32x16 cell ran 8.5-9.2 ms a step one
+run after another and 3.31x the sequential runs per hour with 4 workers; 16 workers and
+the ensembles were not reached (earlier H200 numbers: a mamba2 step 61 ms, an ensemble of
+8 D=32 cells 3.27x the sequential runs).  On a CPU the ratios say
 nothing about a GPU: the dry run checks that every mode runs.
 """
 from __future__ import annotations
