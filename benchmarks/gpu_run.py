@@ -53,16 +53,15 @@ import math
 import os
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from gpu_calls import ROOT, Ctx, append_jsonl, read_jsonl, say  # benchmarks/
 from kernel_parity import Parser  # benchmarks/: argparse, a bad flag in one line, exit 2
 
-ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 PROG = os.path.basename(__file__)
 PY = [sys.executable]
@@ -79,85 +78,6 @@ THROUGHPUT_QUICK = ["--quick", "--workers", "1", "--ensembles", "2"]
 MAMBA2_WHY = ("not supported by gpu_throughput.py: its cells are the D-N study's linear-mamba "
               "runs, and mamba2's blocks do not vmap, so it cannot train as a batched ensemble")
 CALL_S = 480  # one leaderboard call's --time-budget, as the suite documents
-GRACE_S = 5.0  # SIGTERM to SIGKILL
-
-
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    """End ``proc``'s process group (it leads one): SIGTERM, then SIGKILL for what is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:  # none left
-            break
-        try:
-            proc.wait(timeout=GRACE_S if sig == signal.SIGTERM else None)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            pass
-    proc.wait()
-
-
-def last_line(path: str) -> str:
-    lines = [ln.strip() for ln in Path(path).read_text(errors="replace").splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else ""
-
-
-class Ctx:
-    """One invocation: its options, output folder, adapters and clock."""
-
-    def __init__(self, args, adapters: list[str], start: float):
-        self.args, self.device, self.quick = args, args.device, args.quick
-        self.out, self.adapters = Path(args.out), adapters
-        self.start = start  # the budget counts from the script's start
-        self.notes: dict[str, str] = {}  # adapter -> why it does not run fused here
-
-    def left(self) -> float:
-        return self.args.budget_s - (time.monotonic() - self.start)
-
-    def call(self, name: str, cmd: list[str], limit: float) -> dict:
-        """``cmd`` in its own process group, stdout and stderr into logs/NAME.out/.err, the
-        group killed after ``limit`` seconds, on Ctrl-C, and once the command is done."""
-        if limit < 1:
-            return {"label": name, "status": "timeout", "seconds": 0.0,
-                    "why": "no time left in the budget"}
-        log = self.out / "logs" / name
-        t0 = time.monotonic()
-        with open(f"{log}.out", "w") as out, open(f"{log}.err", "w") as err:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                    cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1",
-                                                   # a line per kernel autotuned, with its time
-                                                   "TRITON_PRINT_AUTOTUNING": "1"},
-                                    start_new_session=True)
-            try:
-                rc = proc.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                rc = None
-            finally:
-                kill_group(proc)
-        seconds = round(time.monotonic() - t0, 1)
-        if rc is None:  # where it was: its last line, if it printed one
-            last = last_line(f"{log}.err") or last_line(f"{log}.out")
-            return {"label": name, "status": "timeout", "seconds": seconds,
-                    "why": f"ran past {limit:.0f} s" + (f"; its last line: {last}" if last else "")}
-        why = None if not rc else last_line(f"{log}.err") or last_line(f"{log}.out") or f"exit {rc}"
-        return {"label": name, "status": "failed" if rc else "ok", "seconds": seconds, "why": why}
-
-    def stdout(self, name: str) -> str:
-        path = self.out / "logs" / f"{name}.out"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    text = path.read_text() if path.exists() else ""
-    return [json.loads(ln) for ln in text.splitlines() if ln.startswith("{")]
-
-
-def append_jsonl(path: Path, row: dict) -> None:
-    with open(path, "a") as fh:
-        fh.write(json.dumps(row) + "\n")
 
 
 def kernel_notes(text: str, device: str) -> dict[str, str]:

@@ -91,6 +91,8 @@ def committed_stores() -> list[Path]:
     found = set()
     for top in ("docs/results", "leaderboards"):
         for f in (ROOT / top).rglob("*.jsonl"):
+            if (f.parent / "steps.jsonl").is_file() and (f.parent / "summary.json").is_file():
+                continue  # a benchmarks/gpu_run.py folder: benchmark rows, not a result store
             found.add(f.parent if f.name.startswith("results") else f)
     return sorted(found)
 
