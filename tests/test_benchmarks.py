@@ -192,3 +192,12 @@ def test_bench_heap_prints_both_settings_their_ratio_and_the_same_loss():
         return
     assert row[6] == "True", out  # the same loss with and without: nothing computed changed
     assert float(row[5]) == pytest.approx(float(row[1]) / float(row[3]), abs=0.01)
+
+
+@pytest.mark.slow
+def test_bench_logging_prints_both_settings_their_ratio_and_the_same_record():
+    out = bench("bench_logging.py", "--facts", "9", "--reps", "1", "--steps", "30")
+    row = re.search(r"^\s+9\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\w+)$", out, re.M)
+    assert row is not None, out
+    assert row[4] == "True", out  # the same record either way: nothing computed changed
+    assert float(row[3]) == pytest.approx(float(row[1]) / float(row[2]), abs=0.01)

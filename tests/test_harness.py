@@ -177,3 +177,34 @@ def test_the_module_validates_every_val_every_steps_and_the_final_weights():
     assert val["total"] == 600 * 4
     assert val["accuracy"] == t.module.best_val == max(a for _, a in t.module.history.points)
     assert t.module.best_step in [s for s, _ in t.module.history.points]
+
+
+def test_without_a_progress_bar_nothing_is_logged_and_the_run_is_the_same(capsys, monkeypatch):
+    """The logged loss and validation accuracy feed only the progress bar: a run without one
+    does not log them (Lightning's per-step bookkeeping) and trains the same floats."""
+    from recallbench.harness import module
+
+    calls = []
+    logged = module.RecallModule.log
+    monkeypatch.setattr(module.RecallModule, "log",
+                        lambda self, name, *a, **k: (calls.append(name), logged(self, name, *a, **k)))
+    cfg = {"train": {"max_steps": 12, "val_every": 4, "val_size": 64, "test_size": 64,
+                     "early_stop": None, "threads": 1}}
+    shown = run(cfg, progress=True)
+    assert calls.count("loss") == 12 and calls.count("val_accuracy") == 3, calls
+    capsys.readouterr()
+    calls.clear()
+    quiet = run(cfg, progress=False)
+    assert calls == []
+    for key in ("accuracy", "val_accuracy", "best_step", "steps", "correct", "lr"):
+        assert quiet[key] == shown[key], key
+
+
+def test_a_batch_already_on_its_device_is_not_moved():
+    from recallbench.harness.module import RecallModule
+
+    batch = (torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))
+    module = RecallModule.__new__(RecallModule)  # the hook reads nothing of the module
+    assert module.transfer_batch_to_device(batch, torch.device("cpu"), 0) is batch
+    moved = module.transfer_batch_to_device(batch, torch.device("meta"), 0)
+    assert moved is not batch and all(t.device.type == "meta" for t in moved)

@@ -14,8 +14,11 @@ validation set out in batches of 512 at the asked positions only, in eval mode u
 ``torch.inference_mode``: the same batches, operations and weights as Lightning's loop
 ran (so the same accuracies, bit for bit), without its per-validation machinery (a
 data loader, hooks, mode switches of the whole module, the progress bar's second bar);
-the validation set moves to the device once.  ``benchmarks/bench_overhead.py`` measures
-what the run spends around its steps.  Under ``train.recipe: paper``
+the validation set moves to the device once.  The loss and the validation accuracy are
+logged only when a progress bar shows them, and a batch already on the run's device is not
+walked by Lightning's transfer: with Lightning's defaults a CPU step of a capacity cell took
+1.08-1.20 times the CPU (``benchmarks/bench_logging.py``).  ``benchmarks/bench_overhead.py``
+measures what the run spends around its steps.  Under ``train.recipe: paper``
 (:mod:`recallbench.api.recipes`) each validation scores fresh sequences (``val_draw``),
 after the optimizer step of every step whose 0-based index is a positive multiple of
 ``val_every`` (after 251, 501, ... steps, as the paper's loop), and the warmup starts at 0.
@@ -88,16 +91,31 @@ class RecallModule(LightningModule):
         self.extended = 0  # doublings of the cap
         self.step_offset = 0  # steps done before this Trainer (a continued run)
         self._resume_state: tuple[dict, dict] | None = None  # (optimizer, scheduler) to load
+        self._shown = True  # whether a progress bar shows the logged values (on_fit_start)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B, L, V)
         return self.model(tokens)
+
+    def on_fit_start(self):
+        # The progress bar is the only reader of the logged values (no logger): without one,
+        # logging them would cost Lightning's per-step bookkeeping for nothing (about 0.5 ms
+        # a step on a CPU, a tenth of a small cell's step).
+        self._shown = self.trainer.progress_bar_callback is not None
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        """The batch as it is where it is already on ``device`` (a CPU run): Lightning's
+        default walks the collection to move each tensor, at every step."""
+        if all(t.device == device for t in batch):
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def training_step(self, batch, batch_idx):
         inputs, targets = batch
         loss = labelled_loss(self.model, inputs, targets, self.train_cfg.label_smoothing)
         if not torch.isfinite(loss):
             raise DivergedError(f"training loss became {loss.item()} at step {self.steps_done}")
-        self.log("loss", loss, prog_bar=True, on_step=True, on_epoch=False, logger=False)
+        if self._shown:
+            self.log("loss", loss, prog_bar=True, on_step=True, on_epoch=False, logger=False)
         return loss
 
     @property
@@ -110,7 +128,8 @@ class RecallModule(LightningModule):
         at_cap = self.limit is not None and step == self.cap
         if self.validates_after(step) or at_cap:
             acc = self.validate(step)
-            self.log("val_accuracy", acc, prog_bar=True, logger=False)
+            if self._shown:
+                self.log("val_accuracy", acc, prog_bar=True, logger=False)
 
     def validates_after(self, step: int) -> bool:
         """Whether the run validates once ``step`` optimizer steps are done (the cap aside)."""
