@@ -105,7 +105,7 @@ def test_cuda_vs_cpu_dry_run_writes_a_row_per_adapter_as_it_goes(tmp_path):
     bench("cuda_vs_cpu.py", "--device", "cpu", "--only", "designed", "--time-limit", "0.01", "--out", str(rows))
     kept = [json.loads(ln) for ln in rows.read_text().splitlines()]
     assert kept[:2] == [designed, linear]
-    assert kept[2] == {"adapter": "designed", "error": "timed out after 0.01 s"}
+    assert kept[2] == {"adapter": "designed", "error": "timed out after 0.01 s", "jobs": 1}
 
 
 @pytest.mark.slow
