@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import cache
 from pathlib import Path
+
+from gpu_calls import read_jsonl  # benchmarks/
 
 SETTINGS = ("ieee", "default")
 
 
+@cache  # each file read once, not once per adapter and setting that looks into it
 def rows(folder: Path, name: str) -> list[dict]:
-    path = folder / name
-    text = path.read_text() if path.exists() else ""
-    return [json.loads(ln) for ln in text.splitlines() if ln.startswith("{")]
+    return read_jsonl(folder / name)
 
 
 def steps(folder: Path) -> dict[str, dict]:

@@ -98,8 +98,8 @@ class RecallModule(LightningModule):
 
     def on_fit_start(self):
         # The progress bar is the only reader of the logged values (no logger): without one,
-        # logging them would cost Lightning's per-step bookkeeping for nothing (about 0.5 ms
-        # a step on a CPU, a tenth of a small cell's step).
+        # logging them would cost Lightning's per-step bookkeeping for nothing (see the
+        # module's docstring for what it cost a CPU step).
         self._shown = self.trainer.progress_bar_callback is not None
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
