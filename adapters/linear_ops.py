@@ -19,20 +19,36 @@ import torch
 
 
 FORMS = ("auto", "parallel", "chunked", "recurrent")
-#: default chunk length: auto uses the parallel form up to it, chunks of it beyond
-#: (``python benchmarks/bench_train.py`` §2 times the parallel and chunked forms)
+#: the default ``chunk_size``: auto uses the parallel form up to this many tokens
 CHUNK_SIZE = 64
+#: auto's chunk length beyond ``chunk_size`` tokens: 16 for a state of N·P ≤ 512 per head, 32
+#: above (at most ``chunk_size``)
+SMALL_CHUNK, SMALL_STATE, LARGE_CHUNK = 16, 512, 32
+
+
+def chunk_length(n: int, p: int) -> int:
+    """Auto's chunk length for a state of N × P per head: 16 tokens for N·P ≤ 512
+    (linear-mamba at D = 32, N ≤ 8, P = 64), 32 beyond.  The state products each chunk adds
+    (N × P, and a prefix sum over chunks) favour longer chunks as the state grows; the
+    intra-chunk products (c × c) favour shorter ones.  ``python benchmarks/bench_chunk.py``
+    times the forms at a capacity card's shapes: at N = 8, P = 64 and L = 104 to 256, chunks
+    of 16 took 1.4 to 1.7 times less than the former chunks of 64."""
+    return SMALL_CHUNK if n * p <= SMALL_STATE else LARGE_CHUNK
 
 
 def causal_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             chunk_size: int = CHUNK_SIZE, form: str = "auto") -> torch.Tensor:
-    """``form``: auto (parallel up to ``chunk_size`` tokens, chunked beyond), parallel,
-    chunked, or recurrent (the slow reference)."""
+    """``form``: auto, parallel, chunked (chunks of ``chunk_size``), or recurrent (the slow
+    reference).  Auto is the parallel form up to ``chunk_size`` tokens and, beyond, the
+    chunked form in chunks of ``min(chunk_size, chunk_length(N, P))``.  The forms give the
+    same sums in another order."""
     L = q.shape[-2]
     if form == "recurrent":
         return causal_linear_attention_recurrent(q, k, v)
-    if form == "chunked" or (form == "auto" and L > chunk_size):
+    if form == "chunked":
         return _chunked(q, k, v, chunk_size)
+    if form == "auto" and L > chunk_size:
+        return _chunked(q, k, v, min(chunk_size, chunk_length(q.shape[-1], v.shape[-1])))
     scores = q @ k.transpose(-1, -2)  # (B, M, L, L): ⟨k_τ, q_t⟩
     return scores.tril() @ v  # causal: keep τ ≤ t (one pass; masked_fill copies, then fills)
 

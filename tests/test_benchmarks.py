@@ -201,3 +201,18 @@ def test_bench_logging_prints_both_settings_their_ratio_and_the_same_record():
     assert row is not None, out
     assert row[4] == "True", out  # the same record either way: nothing computed changed
     assert float(row[3]) == pytest.approx(float(row[1]) / float(row[2]), abs=0.01)
+
+
+@pytest.mark.slow
+def test_bench_chunk_prints_every_form_and_the_ratio_of_the_former_default():
+    out = bench("bench_chunk.py", "--facts", "9", "26", "--reps", "1")
+    rows = re.findall(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)((?:\s+[\d.]+){6})\s+(\S+)\s+([\d.]+)$",
+                      out, re.M)
+    assert len(rows) == 8, out  # four states, two N_f
+    for n, p, nf, L, times, chunk, ratio in rows:
+        ms = [float(t) for t in times.split()]
+        assert int(L) == 4 * int(nf) and all(t > 0 for t in ms)
+        # short: the parallel form, no chunks; long: chunks of 16 for N·P <= 512, else 32
+        assert chunk == ("-" if int(L) <= 64 else str(16 if int(n) * int(p) <= 512 else 32))
+        former, auto, r = ms[4], ms[5], float(ratio)  # each printed to 0.01
+        assert (former - .005) / (auto + .005) - .005 <= r <= (former + .005) / (auto - .005) + .005

@@ -42,6 +42,35 @@ def test_forms_agree(L, chunk):
         assert_within([out], ref64(), sens, C, [form])
 
 
+@pytest.mark.parametrize("L,N,P,chunk", [(40, 8, 64, 64), (64, 8, 64, 64), (100, 8, 64, 64),
+                                         (152, 4, 64, 64), (100, 16, 64, 64),
+                                         (100, 8, 128, 64), (100, 16, 64, 24), (30, 8, 64, 8)])
+def test_auto_chunks(L, N, P, chunk):
+    """Auto is the parallel form up to chunk_size tokens and, beyond, chunks of
+    min(chunk_size, chunk_length(N, P)) (16 for N·P ≤ 512, 32 above): the same floats as that
+    form called directly, and within float32's bound of the float64 recurrence."""
+    from recallbench.adapters.linear_ops import chunk_length
+
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(2, 1, L, N, generator=g), torch.randn(2, 1, L, N, generator=g)
+    v = torch.randn(2, 1, L, P, generator=g)
+    out = causal_linear_attention(q, k, v, chunk_size=chunk)
+    assert chunk_length(N, P) == (16 if N * P <= 512 else 32)
+    c = min(chunk, 16 if N * P <= 512 else 32)
+    same = (causal_linear_attention(q, k, v, form="parallel") if L <= chunk
+            else causal_linear_attention(q, k, v, chunk_size=c, form="chunked"))
+    assert torch.equal(out, same)
+    if L > chunk and c != chunk:  # not the former choice, chunks of chunk_size
+        former = causal_linear_attention(q, k, v, chunk_size=chunk, form="chunked")
+        assert not torch.equal(out, former)
+    qkv64 = [t.double() for t in (q, k, v)]
+
+    def ref64():
+        return [causal_linear_attention(*qkv64, form="recurrent")]
+
+    assert_within([out], ref64(), sensitivity(ref64, qkv64), C, ["auto"])
+
+
 def test_causal():
     """Changing inputs from position 6 on leaves the outputs before it as they were: within
     C·eps32·cond of the float64 layer on the unchanged input."""
