@@ -34,7 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, metavar="K",
                    help="worker processes (--executor processes; default: the CPUs). On a "
                         "CPU suite at most the CPUs; on a cuda suite they share the GPU and "
-                        "may number up to 4 per CPU (at most 32)")
+                        "may number up to 4 per CPU (at most 32). A capacity suite trains "
+                        "each cell's seeds in K processes (default 1: the card's CPU "
+                        "budget counts every run's CPU time, which runs side by side can "
+                        "raise)")
     p.add_argument("--time-budget", type=float, metavar="SECONDS",
                    help="start a point on a free worker only while the time left of this many "
                         "seconds holds the longest a point has taken so far (the first always "
