@@ -9,7 +9,8 @@ Prints, measured in this run on this machine:
    (``recallbench.harness.loop.train_steps``) on the same model, data and batch size; the
    ratio is the harness's per-step overhead;
 2. forward+backward time of the layer in its parallel form, its chunked form with chunks
-   of 32, 64 (the default beyond 64 tokens) and 256 tokens, and the step-by-step
+   of 32 (auto's beyond 64 tokens for this state, N·P = 2048), 64 (auto's before
+   ``linear_ops.chunk_length``) and 256 tokens, and the step-by-step
    recurrence (``causal_linear_attention_recurrent``), at L = 64, 128 and 320 (the
    paper's layer grid);
 3. one thread vs two for the bare loop;
