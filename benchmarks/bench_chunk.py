@@ -45,24 +45,24 @@ def main(argv=None) -> int:
     if args.reps < 1 or min(args.facts) < 1:
         p.error("--reps and --facts must be >= 1")
     torch.set_num_threads(1)
-    from recallbench.adapters.linear_ops import chunk_length
+    from recallbench.adapters.linear_ops import CHUNK_SIZE, chunk_length
 
-    forms = {"parallel": {"form": "parallel"}, "c16": {"chunk_size": 16, "form": "chunked"},
+    timed = {"parallel": {"form": "parallel"}, "c16": {"chunk_size": 16, "form": "chunked"},
              "c32": {"chunk_size": 32, "form": "chunked"},
-             "c64": {"chunk_size": 64, "form": "chunked"},
-             "former": None, "auto": {}}
+             "c64": {"chunk_size": 64, "form": "chunked"}, "auto": {}}
+    columns = ["parallel", "c16", "c32", "c64", "former", "auto"]
     print("causal linear attention fwd+bwd, B = 32, one head, 1 thread: CPU ms (best of 3 "
           f"rounds of {args.reps}); former = parallel up to 64 tokens, chunks of 64 beyond")
-    print(f"{'N':>3} {'P':>4} {'N_f':>4} {'L':>4} " + " ".join(f"{f:>8}" for f in forms)
+    print(f"{'N':>3} {'P':>4} {'N_f':>4} {'L':>4} " + " ".join(f"{f:>8}" for f in columns)
           + f" {'chunk':>5} {'former/auto':>11}")
     for N, P in ((4, 64), (8, 64), (16, 64), (8, 128)):
         for nf in args.facts:
             L = 4 * nf
-            ms = {f: op_ms(L, N, P, args.reps, **kw) for f, kw in forms.items() if kw is not None}
-            ms["former"] = ms["parallel"] if L <= 64 else ms["c64"]  # the same computation
-            ms = {f: ms[f] for f in forms}
-            chunk = "-" if L <= 64 else chunk_length(N, P)
-            print(f"{N:>3} {P:>4} {nf:>4} {L:>4} " + " ".join(f"{m:>8.2f}" for m in ms.values())
+            ms = {f: op_ms(L, N, P, args.reps, **kw) for f, kw in timed.items()}
+            short = L <= CHUNK_SIZE  # the parallel form, the former auto's and the default's
+            ms["former"] = ms["parallel"] if short else ms["c64"]  # the same computation
+            chunk = "-" if short else chunk_length(N, P)
+            print(f"{N:>3} {P:>4} {nf:>4} {L:>4} " + " ".join(f"{ms[f]:>8.2f}" for f in columns)
                   + f" {chunk:>5} {ms['former'] / ms['auto']:>11.2f}", flush=True)
     return 0
 

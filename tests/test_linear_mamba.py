@@ -56,7 +56,7 @@ def test_auto_chunks(L, N, P, chunk):
     v = torch.randn(2, 1, L, P, generator=g)
     out = causal_linear_attention(q, k, v, chunk_size=chunk)
     assert chunk_length(N, P) == (16 if N * P <= 512 else 32)
-    c = min(chunk, 16 if N * P <= 512 else 32)
+    c = min(chunk, chunk_length(N, P))
     same = (causal_linear_attention(q, k, v, form="parallel") if L <= chunk
             else causal_linear_attention(q, k, v, chunk_size=c, form="chunked"))
     assert torch.equal(out, same)
