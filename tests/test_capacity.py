@@ -203,6 +203,42 @@ def test_a_cpu_budget_counts_the_runs_cpu_time_reused_ones_included():
         [r["config_hash"] for r in whole.records]
 
 
+def test_fit_budget_measures_the_largest_cell_that_fits_instead_of_stopping():
+    """A large state puts the first cell at the ceiling and the next beyond it.  With
+    a CPU budget that holds the first cell and a cell halfway to that next one, the search
+    without fit_budget stops after one cell; with it, it measures the halfway cell (the
+    largest that fits, at 1 CPU-s per token of L) and goes on within the budget; a replay
+    finds the same cells only with the same setting."""
+    def costly(cfgs):
+        recs = simulated(64.0)(cfgs)
+        for r in recs:
+            r["cpu_s"] = float(r["config"]["task"]["seq_len"])
+        return recs
+
+    free = capacity.measure(BASE, run_cell=costly, seeds=(0,), budget_s=1e12, cpu=True,
+                            say=lambda s: None)
+    first, second = (r["config"]["task"]["num_facts"] for r in free.records[:2])
+    assert second >= first + 2  # a cell between them to fit
+    mid = (first + second) // 2
+    budget = 4.0 * (first + mid)
+    stop = capacity.measure(BASE, run_cell=costly, seeds=(0,), budget_s=budget, cpu=True,
+                            say=lambda s: None)
+    assert stop.stopped == "CPU budget" and len(stop.records) == 1
+    said: list[str] = []
+    fit = capacity.measure(BASE, run_cell=costly, seeds=(0,), budget_s=budget, cpu=True,
+                           say=said.append, fit_budget=True)
+    order = [r["config"]["task"]["num_facts"] for r in fit.records]
+    assert order[:2] == [first, mid], order
+    assert sum(r["cpu_s"] for r in fit.records) <= budget
+    assert any(f"N_f = {second} would need about" in ln and f"N_f = {mid} instead" in ln
+               for ln in said), said
+    again = capacity.replay(BASE, fit.records, seeds=(0,), cpu_budget_s=budget, fit_budget=True)
+    assert [r["config_hash"] for r in again.records] == [r["config_hash"] for r in fit.records]
+    assert again.stopped == fit.stopped
+    without = capacity.replay(BASE, fit.records, seeds=(0,), cpu_budget_s=budget)
+    assert len(without.records) == 1 and without.stopped == "CPU budget"
+
+
 def test_a_rerun_reuses_the_store_and_trains_nothing():
     first = simulated(8.0)
     res = capacity.measure(BASE, run_cell=first, budget_s=1e9, say=lambda s: None)
@@ -243,6 +279,23 @@ def test_bad_flags_are_one_line_and_nothing_trains(cli, flags, field, tmp_path):
     assert rc == 2 and field in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "o" / "store").exists()
+
+
+@pytest.mark.parametrize("flags, fits", [([], True), (["--no-fit-budget"], False)])
+def test_the_command_fits_the_budget_unless_told_not_to(cli, tmp_path, monkeypatch, flags, fits):
+    """`capacity` searches with fit_budget by default (cpu-v3 did not: --no-fit-budget)."""
+    seen = {}
+    made = capacity.measure(BASE, run_cell=simulated(8.0), budget_s=1e9, say=lambda s: None)
+
+    def run(base, **kw):
+        seen.update(kw)
+        return made
+
+    monkeypatch.setattr(capacity, "run", run)
+    rc, out, err = cli("capacity", "--adapter", "linear-mamba", "--d-model", "32",
+                       "--d-state", "8", "--out", str(tmp_path / "o"), *flags)
+    assert rc == 0, err
+    assert seen["fit_budget"] is fits and seen["max_step"] is None
 
 
 def test_a_factory_needs_an_importable_callable(cli, tmp_path):

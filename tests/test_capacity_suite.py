@@ -142,8 +142,11 @@ def test_an_edit_without_re_signing_is_refused(board):
     ({"num_facts": [4, 8]}, "a capacity suite has no num_facts"),
     ({"task": {"name": "ar", "vocab_size": 512}}, "task.name must be mqar"),
     ({"capacity": {"max_cells": 0}}, r"capacity.max_cells = 0 is not allowed"),
-    ({"capacity": {"cells": 3}}, "capacity must be a mapping of cpu_budget_min, max_cells"),
+    ({"capacity": {"cells": 3}},
+     "capacity must be a mapping of cpu_budget_min, fit_budget, max_cells, max_step$"),
     ({"capacity": {"max_cells": 12, "max_step": 1.2}}, r"capacity.max_step = 1.2 is not allowed"),
+    ({"capacity": {"max_cells": 12, "fit_budget": 1}},
+     "capacity.fit_budget = 1 is not allowed: true or false"),
     ({"seq_len_per_fact": 8}, "seq_len_per_fact: 4"),
 ])
 def test_a_bad_capacity_suite_is_one_line(tmp_path, change, message):
@@ -152,20 +155,27 @@ def test_a_bad_capacity_suite_is_one_line(tmp_path, change, message):
         lb.load_suite(d)
 
 
-def test_a_suite_s_max_step_reaches_its_search_and_cpu_v3_has_none(tmp_path, monkeypatch):
-    """cpu-v3 searched without a step limit, and its replay must too; a suite that sets
-    capacity.max_step runs and replays its search with it."""
+def test_a_suite_s_search_settings_reach_its_search_and_cpu_v3_has_none(tmp_path, monkeypatch):
+    """cpu-v3 searched without a step limit and stopped before a cell that did not fit, and
+    its replay must too; a suite that sets capacity.max_step and capacity.fit_budget runs
+    and replays its search with them, and its board says so."""
     from recallbench.leaderboard import capacity_suite
+    from recallbench.leaderboard.capacity_board import render_markdown
 
-    assert capacity_suite.max_step(lb.load_suite(V3)) is None
+    v3 = lb.load_suite(V3)
+    assert capacity_suite.max_step(v3) is None and capacity_suite.fit_budget(v3) is False
     suite = lb.load_suite(_suite_copy(tmp_path, capacity={"max_cells": 3, "cpu_budget_min": 1,
-                                                          "max_step": 2}))
+                                                          "max_step": 2, "fit_budget": True}))
     seen = []
-    monkeypatch.setattr(capacity, "measure", lambda *a, **k: seen.append(k["max_step"]) or
+    monkeypatch.setattr(capacity, "measure", lambda *a, **k:
+                        seen.append((k["max_step"], k["fit_budget"])) or
                         capacity.Result({"cells": [], "status": "bound"}, "test", []))
     run_capacity_suite(suite, "designed", tmp_path / "store", log=lambda s: None)
     capacity_suite._replay(suite, budget_base(suite, "designed", suite.budgets[0]), [])
-    assert seen == [2.0, 2.0]
+    assert seen == [(2.0, True), (2.0, True)]
+    text = render_markdown(suite, [])
+    assert "each new N_f within 2x those measured" in text and "largest N_f that does" in text
+    assert "largest N_f that does" not in render_markdown(v3, [])
 
 
 def test_grid_suites_keep_their_recipe_hash():

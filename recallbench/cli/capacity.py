@@ -54,6 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="each new N_f within R times the largest (1/R the smallest) measured "
                         f"so far, R in [{MAX_STEP_RANGE[0]:g}, {MAX_STEP_RANGE[1]:g}] (default "
                         "0: no limit, as leaderboards/cpu-v3 searched)")
+    p.add_argument("--fit-budget", action=argparse.BooleanOptionalAction, default=True,
+                   help="when the next cell, beyond every N_f measured, would not fit in the "
+                        "budget left, measure the largest N_f that does instead of stopping "
+                        "(default on; --no-fit-budget stops there, as leaderboards/cpu-v3 "
+                        "searched)")
     p.add_argument("--workers", type=int, default=None,
                    help="train a cell's seeds in this many processes (default: the seeds, at "
                         "most the CPUs; 1 with --factory)")
@@ -184,7 +189,7 @@ def command(args) -> int:
                           else out / "store",
                           budget_s=(args.cpu_budget if cpu else args.time_budget) * 60,
                           max_cells=args.max_cells, workers=workers, cpu=cpu,
-                          max_step=args.max_step or None)
+                          max_step=args.max_step or None, fit_budget=args.fit_budget)
     written = write_card(result.card, out)
     from recallbench.law.card_render import headline
 

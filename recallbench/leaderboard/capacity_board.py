@@ -189,7 +189,11 @@ def _intro_items(suite: Suite) -> list[tuple[str, str]]:
 
 def _step_text(cap) -> str:
     step = cap.get("max_step")
-    return "" if step is None else f"; each new N_f within {step:g}x those measured"
+    text = "" if step is None else f"; each new N_f within {step:g}x those measured"
+    if cap.get("fit_budget"):
+        text += ("; a next cell that would not fit the budget left becomes the largest N_f "
+                 "that does")
+    return text
 
 
 def _md_table(head, body) -> list[str]:

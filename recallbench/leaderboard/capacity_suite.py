@@ -49,6 +49,12 @@ def max_step(suite: Suite) -> float | None:
     return None if step is None else float(step)
 
 
+def fit_budget(suite: Suite) -> bool:
+    """The search's ``capacity.fit_budget``: False (a next cell that does not fit the budget
+    left stops the search, as cpu-v3 searched) unless the suite sets it."""
+    return bool(suite.capacity.get("fit_budget", False))
+
+
 def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
                        model_extra: Mapping | None = None, workers: int = 1,
                        log: Callable[[str], None] = print) -> dict[str, dict]:
@@ -66,7 +72,8 @@ def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
         result = capacity.run(base, seeds=suite.seeds, store=store, budget_s=cpu_budget_s(suite),
                               max_cells=int(suite.capacity["max_cells"]), workers=workers,
                               delta=float(suite.scoring["delta"]), say=log, cpu=True,
-                              max_step=max_step(suite))
+                              max_step=max_step(suite),
+                              fit_budget=fit_budget(suite))
         cards[b["name"]] = result.card
         log(f"  {b['name']}: {result.card['status']} ({result.stopped})")
     return cards
@@ -133,7 +140,7 @@ def _replay(suite: Suite, base: Mapping, records: list[Mapping]):
     return capacity.replay(base, records, seeds=suite.seeds,
                            max_cells=int(suite.capacity["max_cells"]),
                            delta=float(suite.scoring["delta"]), cpu_budget_s=cpu_budget_s(suite),
-                           max_step=max_step(suite))
+                           max_step=max_step(suite), fit_budget=fit_budget(suite))
 
 
 def stored_card(card: Mapping) -> dict:

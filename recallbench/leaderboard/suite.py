@@ -24,7 +24,10 @@ A suite (``leaderboards/<suite>/suite.yaml``, schema ``recallbench.suite/1``)::
     retired: "superseded by ..."        # optional: no new runs or submissions
     capacity: {max_cells: 12, cpu_budget_min: 30}  # a capacity suite (below); max_step: R
                                          # keeps each new N_f within R times those measured
-                                         # (none when absent, as cpu-v3 searched)
+                                         # (none when absent, as cpu-v3 searched);
+                                         # fit_budget: true measures the largest N_f that
+                                         # fits the budget left instead of stopping before
+                                         # a next cell that does not (false when absent)
 
 A **capacity suite** (``capacity`` set; no ``num_facts``) measures each (adapter, budget) by
 ``recallbench capacity``'s search (:mod:`recallbench.runs.capacity`): MQAR at the suite's V,
@@ -79,6 +82,7 @@ RECIPE_KEYS = ("task", "num_facts", "budgets", "adapters", "train", "lr", "seeds
                "capacity")
 CAPACITY_KEYS = {"max_cells": (1, 64), "cpu_budget_min": (0.1, 7 * 24 * 60),
                  "max_step": MAX_STEP_RANGE}
+CAPACITY_FLAGS = {"fit_budget"}  # true or false
 SUITE_BUDGET_KEYS = {"name", "model", "adapters", "description"}
 
 
@@ -265,12 +269,16 @@ def _check_task(data: Mapping, where: str) -> None:
 def _check_capacity(data: Mapping, task: Mapping, where: str) -> None:
     """A capacity suite: MQAR at a V, L = 4·N_f, no grid, the search's settings."""
     cap = data["capacity"]
-    need(isinstance(cap, dict) and set(cap) <= set(CAPACITY_KEYS), where,
-         f"capacity must be a mapping of {', '.join(sorted(CAPACITY_KEYS))}")
+    keys = set(CAPACITY_KEYS) | CAPACITY_FLAGS
+    need(isinstance(cap, dict) and set(cap) <= keys, where,
+         f"capacity must be a mapping of {', '.join(sorted(keys))}")
     for k, (lo, hi) in CAPACITY_KEYS.items():
         v = cap.get(k)
         need(v is None or (is_num(v) and lo <= v <= hi and (k != "max_cells" or is_int(v))),
              where, f"capacity.{k} = {short(v)} is not allowed: a number in [{lo:g}, {hi:g}]")
+    for k in CAPACITY_FLAGS:
+        need(cap.get(k) is None or isinstance(cap[k], bool), where,
+             f"capacity.{k} = {short(cap.get(k))} is not allowed: true or false")
     need("num_facts" not in data, where, "a capacity suite has no num_facts: its search "
          "places them")
     need(task.get("name") == "mqar", where, "a capacity suite measures MQAR: task.name must be mqar")

@@ -28,8 +28,12 @@ measured already or leaves that range, after ``max_cells`` cells, or when the ti
 cannot hold the next cell (its predicted time: the new L times the highest time per token
 of L among the cells trained so far; a cell's cost grows faster than its L, since a larger
 N_f also takes more steps, so the highest rate errs long for a longer cell and is about
-right for a shorter one).  Every record goes to the store as it finishes, so a rerun with the same
-store resumes without training again.
+right for a shorter one).  With ``fit_budget`` (``capacity``'s default, a capacity suite's
+``capacity.fit_budget``; cpu-v3 searched without it) a next cell beyond every N_f measured
+that does not fit becomes the largest N_f that does, if that is still beyond them
+(:func:`fitting_facts`): on cpu-v3 three cards stopped after one cell with 23-25 of their 30
+CPU-minutes left, because the cell placed next would have needed more.  Every record goes
+to the store as it finishes, so a rerun with the same store resumes without training again.
 """
 from __future__ import annotations
 
@@ -135,6 +139,23 @@ def next_facts(card: Mapping, d_model: int, n_eff0: float, vocab: int,
     return nf, why
 
 
+def fitting_facts(num_facts: int, rate: float, left: float, measured) -> int | None:
+    """The N_f to measure instead of ``num_facts`` when its cell would not fit in ``left``
+    seconds at ``rate`` seconds per token of L: the largest N_f below it whose cell fits
+    (rate·4·N_f ≤ left), if that is still beyond every N_f ``measured``; else None (a next
+    cell at or below those measured, or no rate yet).
+
+    >>> fitting_facts(163, rate=305 / 36, left=1500, measured=[9])  # 4·N_f·rate ≤ 1500 s
+    44
+    >>> fitting_facts(12, rate=10.0, left=100, measured=[9, 15]) is None  # not beyond them
+    True
+    """
+    if rate <= 0 or not measured or num_facts <= max(measured):
+        return None
+    fit = min(int(num_facts) - 1, math.floor(left / (4 * rate)))
+    return fit if fit > max(measured) else None
+
+
 @dataclasses.dataclass
 class Result:
     card: dict
@@ -146,13 +167,16 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
             run_cell: Callable[[list[dict]], list[dict]] | None, done: Mapping[str, dict] | None = None,
             max_cells: int = MAX_CELLS, delta: float = 0.01,
             say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic,
-            cpu: bool = False, max_step: float | None = None) -> Result:
+            cpu: bool = False, max_step: float | None = None,
+            fit_budget: bool = False) -> Result:
     """Run the search (module doc).  ``run_cell(configs) -> records`` trains one cell's
     seeds (the caller stores them); ``done``: records already in the store, by config hash,
     reused instead of trained.  ``run_cell=None`` replays the search over ``done`` alone
     (:func:`replay`).  ``cpu``: ``budget_s`` is CPU seconds of the card's runs (their
     ``cpu_s``, those reused from the store included), not wall time: the same card on a
-    shared or a faster machine stops at the same cell."""
+    shared or a faster machine stops at the same cell.  ``fit_budget``: a next cell beyond
+    those measured that would not fit in the budget left becomes the largest that does
+    (:func:`fitting_facts`) instead of stopping the search."""
     d = int(base["model"]["d_model"])
     vocab = int(base["task"]["vocab_size"])
     n_eff0 = n_eff_prior(base)
@@ -178,6 +202,17 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
         todo = [c for c, h in zip(cfgs, have) if h is None]
         need = rate * 4 * nf
         left = budget_s - elapsed()
+        fit = (fitting_facts(nf, rate, left, [c["num_facts"] for c in card["cells"]])
+               if todo and need > left and fit_budget else None)
+        if fit is not None:
+            say(f"capacity: N_f = {nf} would need about {need / 60:.1f} {unit}, "
+                f"{max(left, 0) / 60:.1f} {unit} of the budget left: N_f = {fit} instead, "
+                "the largest that fits")
+            nf = fit
+            cfgs = [cell_config(base, nf, s) for s in seeds]
+            have = [done.get(config_hash(c)) for c in cfgs]
+            todo = [c for c, h in zip(cfgs, have) if h is None]
+            need = rate * 4 * nf
         if todo and need > left:
             say(f"capacity: stop: the next cell (N_f = {nf}) needs about {need / 60:.1f} {unit}, "
                 f"{max(left, 0) / 60:.1f} {unit} of the budget left")
@@ -219,17 +254,19 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
 
 def replay(base: Mapping[str, Any], records, *, seeds: Sequence[int],
            max_cells: int = MAX_CELLS, delta: float = 0.01,
-           cpu_budget_s: float | None = None, max_step: float | None = None) -> Result:
+           cpu_budget_s: float | None = None, max_step: float | None = None,
+           fit_budget: bool = False) -> Result:
     """The search over ``records`` alone, training nothing: the cells it visits in order
     (the same as the run that made them: the search is a function of the records), the card
     they make, and where it stops.  What a submission is built from and checked against.
     ``cpu_budget_s``: the run's CPU budget, which the records' ``cpu_s`` replay exactly (a
-    stop for the budget reads as one)."""
+    stop for the budget reads as one); ``max_step`` and ``fit_budget`` as the run used them."""
     done = {r["config_hash"]: r for r in records
             if r.get("status") == "ok" and r.get("config_hash")}
     return measure(base, seeds=seeds, budget_s=math.inf if cpu_budget_s is None else cpu_budget_s,
                    run_cell=None, done=done, max_cells=max_cells, delta=delta,
-                   say=lambda _: None, cpu=cpu_budget_s is not None, max_step=max_step)
+                   say=lambda _: None, cpu=cpu_budget_s is not None, max_step=max_step,
+                   fit_budget=fit_budget)
 
 
 def n_eff_prior(base: Mapping[str, Any]) -> float:
@@ -245,7 +282,7 @@ def n_eff_prior(base: Mapping[str, Any]) -> float:
 def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float,
         max_cells: int = MAX_CELLS, workers: int = 1, delta: float = 0.01,
         say: Callable[[str], None] = print, cpu: bool = False,
-        max_step: float | None = None) -> Result:
+        max_step: float | None = None, fit_budget: bool = False) -> Result:
     """:func:`measure` with real training: each cell's seeds on ``workers`` processes
     (in this process when 1), every record appended to ``store`` as it finishes, and the
     store's records reused on a rerun.  ``cpu``: the budget is CPU seconds (:func:`measure`)."""
@@ -271,7 +308,7 @@ def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float
 
             return measure(base, seeds=seeds, budget_s=budget_s, run_cell=run_cell, done=done,
                            max_cells=max_cells, delta=delta, say=say, cpu=cpu,
-                           max_step=max_step)
+                           max_step=max_step, fit_budget=fit_budget)
     finally:
         executor.close()
 
