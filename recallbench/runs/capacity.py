@@ -192,14 +192,18 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
     def elapsed() -> float:
         return spent(records) if cpu else clock() - start
 
+    def runs(nf: int) -> tuple[list, list[dict]]:
+        """N_f's runs per seed from the store (None where missing), and the configs to train."""
+        cfgs = [cell_config(base, nf, s) for s in seeds]
+        have = [done.get(config_hash(c)) for c in cfgs]
+        return have, [c for c, h in zip(cfgs, have) if h is None]
+
     card: dict = {"cells": []}
     nf = _first_facts(d, n_eff0, vocab)
     for i in range(max_cells):
         if nf is None:
             break
-        cfgs = [cell_config(base, nf, s) for s in seeds]
-        have = [done.get(config_hash(c)) for c in cfgs]
-        todo = [c for c, h in zip(cfgs, have) if h is None]
+        have, todo = runs(nf)
         need = rate * 4 * nf
         left = budget_s - elapsed()
         fit = (fitting_facts(nf, rate, left, [c["num_facts"] for c in card["cells"]])
@@ -209,9 +213,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
                 f"{max(left, 0) / 60:.1f} {unit} of the budget left: N_f = {fit} instead, "
                 "the largest that fits")
             nf = fit
-            cfgs = [cell_config(base, nf, s) for s in seeds]
-            have = [done.get(config_hash(c)) for c in cfgs]
-            todo = [c for c, h in zip(cfgs, have) if h is None]
+            have, todo = runs(nf)
             need = rate * 4 * nf
         if todo and need > left:
             say(f"capacity: stop: the next cell (N_f = {nf}) needs about {need / 60:.1f} {unit}, "
