@@ -9,25 +9,66 @@ returns ``factory(...)`` as each layer's mixer, (B, L, D) -> (B, L, D), so the h
 builds the same model around it as around any adapter's mixer (pre-norm residual blocks,
 final RMSNorm, embedding std 0.02: :mod:`recallbench.harness.model`), and reports the
 state size the test gave (``state_size=``).
+
+A record's provenance (``provenance.source_sha256``) is the factory's source: the adapter
+registered for a factory is defined, for provenance, in the factory's module, so its hash
+is that module's (and of the modules of its own package it imports), as an adapter's is its
+module's.  A store's results made by an edited factory are then told apart as stale
+(:mod:`recallbench.runs.stale`).  ``model.options.name`` (``capacity --name``) names the
+layer on its card.
 """
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 FACTORY_ADAPTER = "pytest-factory"
+#: ``model.options.name`` of a factory's runs (``capacity --name``)
+NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+NAME_RULE = "1 to 64 characters of A-Z a-z 0-9 . _ -"
 
 _FACTORIES: dict[str, Callable] = {}  # label -> the factory of the run being built
 _FACTORY_CLASS = None
+_BY_MODULE: dict[str, type] = {}  # the factory's module -> the adapter registered for it
 
 
 def register_factory(factory: Callable) -> str:
-    """Keep ``factory`` for the run being built, register the adapter; return its label."""
+    """Keep ``factory`` for the run being built, register the adapter (its provenance the
+    factory's module); return its label."""
     target = getattr(factory, "func", factory)  # functools.partial
     qual = getattr(target, "__qualname__", None) or type(target).__qualname__
-    label = f"{getattr(target, '__module__', None) or '?'}:{qual}"
+    module = getattr(target, "__module__", None) or "?"
+    label = f"{module}:{qual}"
     _FACTORIES[label] = factory
-    _factory_adapter()  # registered under FACTORY_ADAPTER
+    _register_for(module)  # registered under FACTORY_ADAPTER
     return label
+
+
+def check_name(name, what: str = "model.options.name") -> None:
+    """ConfigError (one line) unless ``name`` is None or matches :data:`NAME_RE`."""
+    from recallbench.api.errors import ConfigError
+
+    if name is not None and not (isinstance(name, str) and NAME_RE.fullmatch(name)):
+        raise ConfigError(f"{what} {str(name)[:80]!r} is not allowed: {NAME_RULE}")
+
+
+def _register_for(module: str) -> type:
+    """The factory adapter registered as :data:`FACTORY_ADAPTER` for a factory defined in
+    ``module``: a subclass of the one adapter class whose ``__module__`` is that module, so
+    that :func:`recallbench.api.provenance.provenance` hashes the factory's source (None for
+    a module without a source file: not judged).  Runs are built one after another, each
+    right after its factory is registered, so the adapter registered is the run's."""
+    from recallbench.api.registry import ADAPTERS
+
+    base = _factory_adapter()
+    cls = _BY_MODULE.get(module)
+    if cls is None:
+        cls = _BY_MODULE[module] = type(base.__name__, (base,), {
+            "__module__": module, "__qualname__": base.__qualname__})
+    if ADAPTERS.get(FACTORY_ADAPTER) is not cls:
+        ADAPTERS.remove(FACTORY_ADAPTER)
+        ADAPTERS.register(FACTORY_ADAPTER)(cls)
+    return cls
 
 
 def _call_factory(factory: Callable, cfg, layer_idx: int, device):
@@ -74,6 +115,7 @@ def _factory_adapter():
     class FactoryOptions:
         factory: str = ""
         state_size: int | None = None
+        name: str | None = None  # the layer's name on its card (capacity --name)
 
     class FactoryAdapter(Adapter):
         description = "an nn.Module factory given to the recall fixture (pytest plugin)"
@@ -84,6 +126,7 @@ def _factory_adapter():
         def validate(self) -> None:
             super().validate()
             self.options = from_mapping(FactoryOptions, self.cfg.options, "model.options")
+            check_name(self.options.name)
             self.factory = _FACTORIES.get(self.options.factory)
             if self.factory is None:
                 raise ConfigError(f"adapter {FACTORY_ADAPTER} is for the pytest plugin's "
