@@ -10,7 +10,7 @@ import warnings
 import torch
 
 from recallbench.api.config import RunConfig
-from recallbench.api.errors import UnavailableError
+from recallbench.api.errors import ConfigError, UnavailableError
 from recallbench.api.registry import ADAPTERS
 from recallbench.harness.data import MODEL_STREAM, make_generator
 from recallbench.harness.model import RecallModel
@@ -68,12 +68,28 @@ def quiet_lightning():
                 lg.setLevel(level)
 
 
+def checked_state_size(adapter) -> int | None:
+    """``adapter.state_size()``, which every record and card reads; ConfigError (one line
+    naming the adapter) unless it is a positive integer or None (a state that grows with L)."""
+    import numbers
+
+    size = adapter.state_size()
+    if size is None or (isinstance(size, numbers.Integral) and not isinstance(size, bool)
+                        and size > 0):
+        return None if size is None else int(size)
+    raise ConfigError(f"adapter {getattr(adapter, 'name', type(adapter).__name__)}: "
+                      f"state_size() = {str(size)[:40]} is not allowed: a positive integer "
+                      "(the scalars of state per sequence) or None (a state that grows with L)")
+
+
 def build_model(cfg: RunConfig, device: torch.device):
-    """(adapter, model) of a run, seeded as every run is: the single place a model is made."""
+    """(adapter, model) of a run, seeded as every run is: the single place a model is made
+    (an adapter whose state size is impossible is refused here, before any training)."""
     from lightning import seed_everything
 
     seed_everything(cfg.train.seed, workers=True, verbose=False)
     adapter = ADAPTERS.get(cfg.model.adapter)(cfg.model)
+    checked_state_size(adapter)
     model = RecallModel(adapter, cfg.task.vocab_size, device=device,
                         generator=make_generator(MODEL_STREAM, cfg.train.seed)).to(device)
     return adapter, model
