@@ -57,15 +57,22 @@ def fit_budget(suite: Suite) -> bool:
 
 def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
                        model_extra: Mapping | None = None, workers: int = 1,
-                       log: Callable[[str], None] = print) -> dict[str, dict]:
-    """Every budget's search for ``adapter`` into ``store`` (resumes from it); the cards."""
+                       log: Callable[[str], None] = print,
+                       refuse_stale: bool = False) -> dict[str, dict]:
+    """Every budget's search for ``adapter`` into ``store`` (resumes from it); the cards.
+    First, every budget's stored runs made by other adapter source are warned about through
+    ``log``, or with ``refuse_stale`` stop it before anything trains
+    (:func:`recallbench.runs.stale.stale_policy`)."""
     from recallbench.api.registry import ADAPTERS
     from recallbench.runs import capacity
+    from recallbench.runs.stale import stale_policy
 
     ADAPTERS.require(adapter, where=f"suite {suite.name}")
+    bases = [(b, budget_base(suite, adapter, b, model_extra)) for b in suite.budgets]
+    for b, base in bases:
+        stale_policy(base, suite.seeds, store, refuse=refuse_stale, say=log)
     cards = {}
-    for b in suite.budgets:
-        base = budget_base(suite, adapter, b, model_extra)
+    for b, base in bases:
         log(f"suite {suite.name}, adapter {adapter}, budget {b['name']}: capacity search, "
             f"at most {suite.capacity['max_cells']} cells and "
             f"{suite.capacity['cpu_budget_min']:g} CPU-min")

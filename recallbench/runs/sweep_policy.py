@@ -24,10 +24,12 @@ MAX_STALE_LINES = 10
 
 
 def check_stale(points: Iterable, contents: StoreContents, refuse: bool,
-                say: Callable[[str], None], max_lines: int = MAX_STALE_LINES) -> None:
+                say: Callable[[str], None], max_lines: int = MAX_STALE_LINES,
+                of: str = "this sweep") -> None:
     """Warn about (or, with ``refuse``, refuse) stored results of these points made by other
     adapter source: at most ``max_lines`` lines naming one config each, then a count,
-    through ``say``.  They are kept, not rerun; ConfigError after the lines if refused."""
+    through ``say``.  They are kept, not rerun; ConfigError after the lines if refused.
+    ``of``: what the points are, in that error (a capacity card's: "this card")."""
     stale = stale_points(points, contents)
     if not stale:
         return
@@ -40,7 +42,7 @@ def check_stale(points: Iterable, contents: StoreContents, refuse: bool,
     if len(stale) > max_lines:
         say(f"recallbench: {what}: ... and {len(stale) - max_lines} more configs")
     if refuse:
-        raise ConfigError(f"--refuse-stale: {len(stale)} stored results of this sweep were made "
+        raise ConfigError(f"--refuse-stale: {len(stale)} stored results of {of} were made "
                           f"by other adapter source; use a new --store to rerun them")
     say(f"recallbench: {len(stale)} stored results made by other adapter source are kept, "
         f"not rerun (--refuse-stale stops instead; a new --store reruns them)")
