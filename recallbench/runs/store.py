@@ -236,8 +236,10 @@ class Store:
             pass
         except OSError:
             os.close(fd)
-            raise ConfigError(f"store file {self.file} is being written by another sweep; "
-                              "run parallel workers with --shard I/N") from None
+            raise ConfigError(f"store file {self.file} is being written by another sweep or "
+                              "capacity search (one writer per file): wait for it to finish or "
+                              "use another --store (a sweep's parallel workers: --shard I/N)"
+                              ) from None
         self._fd = fd
         if new:
             _fsync_dir(self.path)
