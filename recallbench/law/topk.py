@@ -164,7 +164,7 @@ def study_rows(records: Iterable[Mapping], include_unconverged: bool = False
             rows.append(rec)
     if not rows:
         raise ValueError("no usable run: need ok, converged records with correct, correct_topk "
-                         f"and total > 0 (left out: {skipped})")
+                         f"and total > 0 (left out: {skipped})" + _unconverged_hint(skipped))
     ks = sorted({int(r["top_k"]) for r in rows})
     if len(ks) != 1:
         raise ValueError(f"top_k: the runs use {ks[:5]}; a study needs one k")
@@ -179,6 +179,13 @@ def study_rows(records: Iterable[Mapping], include_unconverged: bool = False
                                          arr["n_layers"]), float).reshape(-1)
     return arr, {"top_k": ks[0], "used": len(rows), "left_out": skipped,
                  "unconverged_used": sum(unconverged(r) for r in rows)}
+
+
+def _unconverged_hint(left_out: Mapping) -> str:
+    """What to do about runs left out as unconverged, if any were."""
+    n = left_out.get("unconverged", 0)
+    return (f"; {n} run(s) were left out as unconverged (cut by max_steps while still "
+            "improving): pass --include-unconverged to use them" if n else "")
 
 
 def _mask(rows, vocab_size, num_facts=None):
@@ -282,12 +289,20 @@ def analyse(records: Iterable[Mapping], n_boot: int = 200, seed: int = 0, level:
     vocabs = sorted(float(v) for v in np.unique(rows["vocab_size"]))
     if len(vocabs) != 2:
         raise ValueError(f"vocab_size: the runs have {len(vocabs)} values "
-                         f"{[int(v) for v in vocabs[:5]]}; the study needs exactly 2")
+                         f"{[int(v) for v in vocabs[:5]]}; the study needs exactly 2"
+                         + _unconverged_hint(info["left_out"]))
     k = info["top_k"]
     curves = []
     for v in vocabs:
         for m in METRICS:
-            c = _curve(rows, _mask(rows, v), m, k, level)
+            try:
+                c = _curve(rows, _mask(rows, v), m, k, level)
+            except ValueError as exc:  # fewer than 2 distinct x at this V
+                hint = _unconverged_hint(info["left_out"])
+                if not hint:
+                    raise
+                raise ValueError(f"V = {v:g}: {int(_mask(rows, v).sum())} usable run(s), too "
+                                 f"few to fit ({exc}){hint}") from None
             c["theory_gap"] = theory_gap(rows, _mask(rows, v), m, k)
             curves.append(c)
     by_facts = []
