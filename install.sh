@@ -23,6 +23,10 @@ for arg in "$@"; do
     esac
 done
 
+step() {  # one line on stderr per step: the pip steps print nothing for minutes
+    echo "install.sh: $* ..." >&2
+}
+
 run() {  # run a command, or print it with --dry-run
     if [ "$dry" = 1 ]; then printf '%q ' "$@"; echo; else "$@"; fi
 }
@@ -49,20 +53,31 @@ if [ "$cuda" = 1 ]; then
     fi
 fi
 
-[ -x "$venv/bin/python" ] || run "${PYTHON:-python3}" -m venv "$venv"
+if [ ! -x "$venv/bin/python" ]; then
+    step "creating the virtual environment $venv"
+    run "${PYTHON:-python3}" -m venv "$venv"
+fi
 pip=("$venv/bin/python" -m pip install -q -c constraints.txt)
+step "upgrading pip, setuptools and wheel"
 run "${pip[@]}" --upgrade pip setuptools wheel
 if [ "$cuda" = 0 ]; then
+    step "installing torch $torch_version (CPU build), triton, transformers and einops"
     run "${pip[@]}" "torch==$torch_version" triton transformers einops
+    step "installing $mamba (its pure-torch references, no CUDA kernels)"
     run env MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE \
         "${pip[@]}" --no-build-isolation --no-deps "$mamba"
 else
+    step "installing torch $torch_version+$TORCH_CUDA from $index"
     run "${pip[@]}" --index-url "$index" "torch==$torch_version+$TORCH_CUDA"
+    step "installing triton>=3.7.1, transformers, einops, ninja and packaging"
     run "${pip[@]}" "triton>=3.7.1" transformers einops ninja packaging
+    step "compiling causal-conv1d 1.6.1 against torch (several minutes)"
     run env CAUSAL_CONV1D_FORCE_BUILD=TRUE \
         "${pip[@]}" --no-build-isolation --no-deps causal-conv1d==1.6.1
+    step "compiling $mamba against torch (several minutes)"
     run env MAMBA_FORCE_BUILD=TRUE "${pip[@]}" --no-build-isolation --no-deps "$mamba"
 fi
+step "installing recallbench (editable) and its extras"
 run "${pip[@]}" -e ".[all]"
 if [ "$cuda" = 1 ]; then
     if [ "$dry" = 0 ] && ! "$venv/bin/python" -c "import torch, selective_scan_cuda, causal_conv1d_cuda" 2>/dev/null; then
