@@ -316,6 +316,16 @@ def test_options_are_validated(pytester):
     result.stderr.fnmatch_lines(["*not a recallbench baseline*"])
 
 
+@pytest.mark.parametrize("budget, said", [("inf", "must be a finite number > 0"),
+                                           ("nan", "must be > 0")])
+def test_a_budget_that_is_no_number_is_refused_at_parsing(pytester, budget, said):
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--recall-budget", budget)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--recall-budget {budget}: {said}*"])
+    assert "OverflowError" not in result.stderr.str() + result.stdout.str()
+
+
 def test_budget_and_device_options(pytester):
     pytester.makepyfile(f"""
         import pytest

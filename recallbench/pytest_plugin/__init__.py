@@ -38,6 +38,7 @@ pytest-xdist workers to the controller), :mod:`.baseline` (the baseline file),
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,9 @@ def pytest_configure(config: pytest.Config) -> None:
     opt = config.option
     if not opt.recall_budget > 0:
         raise pytest.UsageError(f"--recall-budget {opt.recall_budget}: must be > 0")
+    if not math.isfinite(opt.recall_budget):  # inf: every test's max_steps would overflow
+        raise pytest.UsageError(f"--recall-budget {opt.recall_budget}: must be a finite number "
+                                "> 0 (it multiplies train.max_steps)")
     if not opt.recall_tolerance >= 0:
         raise pytest.UsageError(f"--recall-tolerance {opt.recall_tolerance}: must be >= 0")
     if opt.recall_regen and not opt.recall_baseline:
