@@ -12,12 +12,32 @@ import argparse
 import importlib
 import json
 import os
+import sys
 from pathlib import Path
 
 from recallbench.api.errors import ConfigError
 
 # TRAIN: every card's protocol
 from recallbench.runs.capacity import EXPECTED_CELLS, MAX_STEP_RANGE, TRAIN
+
+#: the largest --state-size, 10^15 (beyond any model's: 2^16 D x 2^16 N x 1024 layers x 64)
+MAX_STATE_SIZE = 10**15
+
+
+def _state_size(text: str) -> int:
+    """--state-size: a positive integer (written 512 or 5e5), at most MAX_STATE_SIZE."""
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            x = float(text)
+            value = int(x) if x.is_integer() else None  # not nan, inf or 2.5
+        except ValueError:
+            value = None
+    if value is None or not 1 <= value <= MAX_STATE_SIZE:
+        raise argparse.ArgumentTypeError(  # argparse cuts its error to about 100 characters
+            f"{text[:24]!r} is not allowed: an integer in [1, 10^15]")
+    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,8 +52,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="a callable returning the nn.Module mixer (B, L, D) -> (B, L, D) of "
                           "each layer, called with the config values its parameters name "
                           "(d_model, d_state, layer_idx, ...)")
-    p.add_argument("--state-size", type=int, help="with --factory: the layer's state scalars S "
-                   "(omit for a state that grows with L)")
+    p.add_argument("--state-size", type=_state_size, metavar="S",
+                   help="with --factory: the layer's state scalars S, an integer in "
+                        "[1, 10^15] (omit for a state that grows with L)")
+    p.add_argument("--name", metavar="NAME",
+                   help="with --factory: the layer's name on its card, figure and records "
+                        "(1 to 64 characters of A-Z a-z 0-9 . _ -; default: the "
+                        "callable's name)")
     p.add_argument("--d-model", type=int, required=True, help="D")
     p.add_argument("--d-state", type=int, default=16, help="N (default 16)")
     p.add_argument("--n-layers", type=int, default=1, help="Λ (default 1)")
@@ -60,8 +85,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default on; --no-fit-budget stops there, as leaderboards/cpu-v3 "
                         "searched)")
     p.add_argument("--workers", type=int, default=None,
-                   help="train a cell's seeds in this many processes (default: the seeds, at "
-                        "most the CPUs; 1 with --factory)")
+                   help="train a cell's seeds in this many processes, 1 to the CPUs "
+                        "(default: the seeds, at most the CPUs; 1 with --factory)")
+    p.add_argument("--refuse-stale", action="store_true",
+                   help="stop (exit 2, nothing trained) when the store holds runs of this card "
+                        "made by other adapter or --factory source than the one here; by "
+                        "default they are reused, with one warning line per run")
     p.add_argument("--store", help="result store (default OUT/store); a rerun resumes from it")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="writes card.json, card.md and card.png there")
@@ -80,22 +109,40 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
-def _factory(spec: str, state_size: int | None):
-    """Import MODULE:CALLABLE and register it as the run's mixer factory."""
-    from recallbench.pytest_plugin.factory import FACTORY_ADAPTER, register_factory
+def _factory(spec: str, state_size: int | None, name: str | None = None):
+    """Import MODULE:CALLABLE and register it as the run's mixer factory; (adapter, options),
+    the options naming the layer ``name`` (default: the callable's name)."""
+    from recallbench.pytest_plugin.factory import FACTORY_ADAPTER, check_name, register_factory
 
-    module, _, name = spec.partition(":")
-    if not module or not name:
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
         raise ConfigError(f"--factory {spec[:80]!r} is not allowed: MODULE:CALLABLE")
     try:
         obj = importlib.import_module(module)
-        for part in name.split("."):
+    except ModuleNotFoundError as exc:
+        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+            raise ConfigError(f"--factory {spec[:80]!r}: cannot import it: no module named "
+                              f"{exc.name[:80]!r} on the import path; add the folder that "
+                              "holds it to PYTHONPATH (PYTHONPATH=. for the current folder) "
+                              "or install its package") from None
+        raise ConfigError(f"--factory {spec[:80]!r}: cannot import it ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - the module's own error at import, in one line
+        why = (str(exc).splitlines() or [""])[0][:200]
+        raise ConfigError(f"--factory {spec[:80]!r}: cannot import it "
+                          f"({type(exc).__name__}: {why})") from None
+    try:
+        for part in attr.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
+    except AttributeError as exc:
         raise ConfigError(f"--factory {spec[:80]!r}: cannot import it ({exc})") from None
     if not callable(obj):
         raise ConfigError(f"--factory {spec[:80]!r} is not callable")
-    return FACTORY_ADAPTER, {"factory": register_factory(obj), "state_size": state_size}
+    if name is None:
+        name = attr
+        check_name(name, f"--factory {spec[:80]!r}: give --name, its callable's name")
+    check_name(name, "--name")
+    return FACTORY_ADAPTER, {"factory": register_factory(obj), "state_size": state_size,
+                             "name": name}
 
 
 def base_config(args) -> dict:
@@ -116,22 +163,53 @@ def base_config(args) -> dict:
             raise ConfigError(f"{flag} {value:g} is not allowed: minutes in (0, 10080]")
     if args.state_size is not None and args.factory is None:
         raise ConfigError("--state-size is for --factory only (an adapter states its own)")
+    if getattr(args, "name", None) is not None and args.factory is None:
+        raise ConfigError("--name is for --factory only (an adapter's card bears its name)")
+    if any(k.split("=", 1)[0].strip().startswith("task.") for s in args.set for k in s.split()):
+        raise ConfigError("--set task.* is not allowed: the card chooses N_f and L; set V "
+                          "with --vocab-size")
+    _check_set_flags(args)
     model = {"d_model": args.d_model, "d_state": args.d_state, "n_layers": args.n_layers}
     if args.factory:
-        model["adapter"], model["options"] = _factory(args.factory, args.state_size)
+        model["adapter"], model["options"] = _factory(args.factory, args.state_size,
+                                                      getattr(args, "name", None))
     else:
         model["adapter"] = args.adapter
     raw = {"task": {"name": "mqar", "vocab_size": args.vocab_size, "num_facts": 2,
                     "seq_len": 8},
            "model": model, "train": dict(TRAIN)}
-    if any(k.split("=", 1)[0].strip().startswith("task.") for s in args.set for k in s.split()):
-        raise ConfigError("--set task.* is not allowed: the card chooses N_f and L; set V "
-                          "with --vocab-size")
     raw = apply_overrides(raw, args.set)
     from recallbench.runs.capacity import protocol_lr
 
     raw["train"]["lr"] = protocol_lr(raw["model"]["adapter"], raw["train"]["lr"])
-    return resolve(raw).to_dict()
+    cfg = resolve(raw)
+    from recallbench.api.registry import ADAPTERS
+    from recallbench.harness.prepare import checked_state_size
+
+    checked_state_size(ADAPTERS.require(cfg.model.adapter)(cfg.model))  # S < 1: one line now
+    return cfg.to_dict()
+
+
+def _check_set_flags(args) -> None:
+    """--set of what a flag gives (the model's sizes, its adapter or factory) is refused in
+    one line naming the flag, as a capacity suite refuses what its budgets fix."""
+    from recallbench.api.config import apply_overrides
+
+    model = apply_overrides({}, args.set).get("model") or {}
+    flags = {"adapter": "--factory" if args.factory else "--adapter", "d_model": "--d-model",
+             "d_state": "--d-state", "n_layers": "--n-layers"}
+    for key in model:
+        if key in flags:
+            raise ConfigError(f"--set model.{key} is not allowed: use {flags[key]}")
+    if args.factory and "options" in model:
+        options = model["options"]
+        if not isinstance(options, dict):
+            raise ConfigError("--set model.options is not allowed with --factory: set "
+                              "model.options.KEY")
+        own = {"factory": "--factory", "state_size": "--state-size", "name": "--name"}
+        for key in options:
+            if key in own:
+                raise ConfigError(f"--set model.options.{key} is not allowed: use {own[key]}")
 
 
 def _dry_run(args, base: dict, seeds: list[int]) -> int:
@@ -159,34 +237,37 @@ def _dry_run(args, base: dict, seeds: list[int]) -> int:
 
 
 def _workers(args, seeds) -> int:
+    cpus = os.cpu_count() or 1
+    if args.workers is not None and not 1 <= args.workers <= cpus:
+        raise ConfigError(f"--workers {args.workers} is not allowed: must be in [1, {cpus}]")
     if args.factory:
         return 1
-    cpus = os.cpu_count() or 1
-    w = args.workers or min(len(seeds), cpus)
-    if not 1 <= w <= cpus:
-        raise ConfigError(f"--workers {w} is not allowed: must be in [1, {cpus}]")
-    return w
+    return args.workers or min(len(seeds), cpus)
 
 
 def command(args) -> int:
     from recallbench.cli.main import check_writable
 
     seeds = _seeds(args.seeds)
+    workers = _workers(args, seeds)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {args.out[:160]} exists and is not a directory")
     base = base_config(args)
     if args.dry_run:
         return _dry_run(args, base, seeds)
+    store = Path(args.store) if args.store else out / "store"
+    from recallbench.runs.stale import stale_policy
+
+    stale_policy(base, seeds, store, refuse=getattr(args, "refuse_stale", False),
+                 say=lambda line: print(line, file=sys.stderr, flush=True))
     out.mkdir(parents=True, exist_ok=True)
     for name in ("card.json", "card.md", "card.png"):
         check_writable(out / name)
     from recallbench.runs import capacity
 
-    workers = _workers(args, seeds)
     cpu = args.cpu_budget is not None
-    result = capacity.run(base, seeds=seeds, store=Path(args.store) if args.store
-                          else out / "store",
+    result = capacity.run(base, seeds=seeds, store=store,
                           budget_s=(args.cpu_budget if cpu else args.time_budget) * 60,
                           max_cells=args.max_cells, workers=workers, cpu=cpu,
                           max_step=args.max_step or None, fit_budget=args.fit_budget)
