@@ -1,0 +1,254 @@
+"""The capacity search, method 2: batches of runs placed where they narrow N50 per token.
+
+    res = measure(base, seeds=(0, 1), work_budget=300, run_cell=..., done=store_records)
+    res.card             # recallbench.law.run_card: "measured", "bound" or "no recall"
+
+One model configuration on MQAR, L = 4·N_f, at one V.  Every batch trains one run per seed
+at one N_f (the j-th batch at an N_f uses seeds s + :data:`SEED_STRIDE`·j, so repeated
+cells never reuse a run and two cards from disjoint seeds below the stride stay disjoint).
+
+1. **First cell**: the N_f where the law at S_eff = S predicts 70% of the queries above
+   the guess (closed form, no grid: ``theory.capacity``).
+2. **Bracket**: until a cell's median run lies on each side of q = 1/2, step from the
+   outermost cell along a probit line of slope :data:`PRIOR_SLOPE` (trained cards' median)
+   to q = 0.35 above, 0.65 below; a cell at the ceiling doubles N_f, one at the guess
+   halves it; ``max_step`` R keeps each step within R× (default :data:`DEFAULT_STEP`).
+3. **Narrow**: the next batch goes to the N_f whose runs most shrink the asymptotic
+   variance of ln N50 per token of training (a line's variance, 1/β²·(1/W + (ℓ − x̄)²/S_xx),
+   runs weighted by 1/(τ² + test noise)); runs predicted beyond q ∈ [0.1, 0.9] inform
+   little (censored) and are not candidates.  This brackets, then replicates near N50.
+
+It stops when the card is measured, when the next batch's predicted work (tokens per
+token of L of the costliest run so far, times the new L; the first batch at its step cap
+without extension) exceeds the work budget left, after ``max_batches``, or at the wall
+``time_limit_s`` (an unfinished search: the same command resumes from the store).  The
+work budget counts tokens trained, so a card's verdict does not depend on the machine, and
+a store's runs count what they cost when trained: a rerun replays the same cells.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+from scipy import special, stats
+
+from recallbench.api.canonical import config_hash
+from recallbench.law import run_card, runfit, theory
+from recallbench.runs.capacity import MIN_FACTS, cell_config, n_eff_prior
+
+SEED_STRIDE = 1000
+PRIOR_SLOPE = 1.3
+DEFAULT_STEP = 4.0
+MAX_BATCHES = 24
+#: the default work budget of a card, millions of tokens trained
+DEFAULT_WORK_MTOK = 300.0
+#: the allowed work budget (Mtok)
+WORK_RANGE = (1.0, 1e6)
+FIRST_Q, ABOVE_Q, BELOW_Q = 0.7, 0.35, 0.65
+Q_RANGE = (0.1, 0.9)
+
+
+@dataclasses.dataclass
+class Result:
+    card: dict
+    stopped: str
+    records: list[dict]
+    finished: bool = True  # False: stopped by the wall-time limit, the same command resumes
+
+
+def batch_seeds(seeds: Sequence[int], j: int) -> list[int]:
+    """The seeds of the ``j``-th batch at one N_f."""
+    return [int(s) + SEED_STRIDE * j for s in seeds]
+
+
+def first_facts(d: int, n_eff0: float, vocab: int) -> int:
+    """N_f where the linear reference at N_eff0 recalls :data:`FIRST_Q` above the guess."""
+    top = vocab // 2 - 1
+    a = theory.coefficient_a("linear", "mqar")
+    nf = float(theory.capacity(d, n_eff0, vocab, a, 1.0 - FIRST_Q))
+    return int(min(max(round(nf), MIN_FACTS), max(top, MIN_FACTS)))
+
+
+def _medians(ok: list[dict]) -> dict[int, float]:
+    """Per N_f, the median run's probit z (censored runs at their censoring points)."""
+    by: dict[int, list] = {}
+    for r in ok:
+        _, z, _ = runfit.classify(r["correct"], r["total"], r["units"], r["guess"],
+                                  not r["converged"])
+        by.setdefault(r["num_facts"], []).append(float(z))
+    return {nf: float(np.median(v)) for nf, v in by.items()}
+
+
+def _bracket(med: dict[int, float], step: float) -> tuple[int | None, str]:
+    """The next N_f while no cell's median lies on each side of q = 1/2."""
+    ceiling, floor = special.ndtri(runfit.Q_HIGH) - 1e-9, -1.5
+    if min(med.values()) >= 0:  # everything above half: go up from the largest
+        n = max(med)
+        if med[n] >= ceiling:
+            return int(math.ceil(n * min(2.0, step))), "every cell above q = 1/2, the largest at the ceiling"
+        nxt = n * math.exp((med[n] - special.ndtri(ABOVE_Q)) / PRIOR_SLOPE)
+        return int(min(max(round(nxt), n + 1), math.floor(n * step))), f"aiming at q = {ABOVE_Q}"
+    n = min(med)
+    if med[n] <= floor:
+        return int(n // min(2.0, step)), "every cell below q = 1/2, the smallest near the guess"
+    nxt = n * math.exp(-(special.ndtri(BELOW_Q) - med[n]) / PRIOR_SLOPE)
+    return int(max(min(round(nxt), n - 1), math.ceil(n / step))), f"aiming at q = {BELOW_Q}"
+
+
+def _narrow(ok: list[dict], fit: runfit.RunFit, lo: int, hi: int, cost: Callable,
+            runs: int, left: float) -> tuple[int | None, str]:
+    """The N_f in [lo, hi] whose batch cuts the variance of ln N50 most per token."""
+    ell, beta, tau2 = math.log(fit.n50), fit.slope, fit.tau ** 2
+    kind, z, v = runfit.classify([r["correct"] for r in ok], [r["total"] for r in ok],
+                                 [r["units"] for r in ok], [r["guess"] for r in ok],
+                                 [not r["converged"] for r in ok])
+    x = np.log([r["num_facts"] for r in ok])
+    w = np.where(kind == 0, 1.0 / (tau2 + v), 0.0)
+
+    def var(wt, xs):
+        big_w = wt.sum()
+        if big_w <= 0:
+            return math.inf
+        xbar = float((wt * xs).sum() / big_w)
+        sxx = float((wt * (xs - xbar) ** 2).sum())
+        return (1.0 / big_w + ((ell - xbar) ** 2 / sxx if sxx > 0 else math.inf)) / beta ** 2
+
+    now = var(w, x)
+    units = ok[0]["units"]
+    best, best_gain = None, 0.0
+    grid = np.unique(np.round(np.geomspace(max(lo, MIN_FACTS), max(hi, MIN_FACTS), 48)))
+    for nf in grid.astype(int):
+        mu = beta * (ell - math.log(nf))
+        q = float(special.ndtr(mu))
+        if not Q_RANGE[0] <= q <= Q_RANGE[1] or cost(nf) > left:
+            continue
+        g = 1.0 / nf
+        acc = g + (1 - g) * q
+        vn = acc * (1 - acc) / units / (1 - g) ** 2 / stats.norm.pdf(mu) ** 2
+        xs = np.concatenate([x, np.full(runs, math.log(nf))])
+        ws = np.concatenate([w, np.full(runs, 1.0 / (tau2 + vn))])
+        gain = (now - var(ws, xs)) / cost(nf)
+        if gain > best_gain:
+            best, best_gain = int(nf), gain
+    if best is None:
+        return None, "no N_f with q in [0.1, 0.9] fits the work budget left"
+    return best, f"narrowing N50 (predicted q = {float(special.ndtr(beta * (ell - math.log(best)))):.2f})"
+
+
+def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
+            work_budget: float = DEFAULT_WORK_MTOK,
+            run_cell: Callable[[list[dict]], list[dict]] | None, done: Mapping[str, dict] | None = None,
+            max_batches: int = MAX_BATCHES, say: Callable[[str], None] = print,
+            time_limit_s: float | None = None, clock: Callable[[], float] = time.monotonic,
+            max_step: float | None = None) -> Result:
+    """Run the search (module doc); ``work_budget`` in millions of tokens.  ``run_cell(configs)
+    -> records`` trains one batch (the caller stores them); ``done``: records by config hash,
+    reused; ``run_cell=None`` replays over ``done`` alone."""
+    d, vocab = int(base["model"]["d_model"]), int(base["task"]["vocab_size"])
+    top = vocab // 2 - 1
+    budget = float(work_budget) * 1e6
+    train = base.get("train") or {}
+    n_lr = len(train["lr"]) if isinstance(train.get("lr"), list) else 1
+    nominal = n_lr * int(train.get("max_steps") or 0) * int(train.get("batch_size") or 0)
+    step = max_step or DEFAULT_STEP
+    done = dict(done or {})
+    start = clock()
+    records: list[dict] = []
+    batches: dict[int, int] = {}
+    rate = 0.0  # the highest tokens trained per token of L of any run
+
+    def cost(nf: int) -> float:
+        return len(seeds) * 4 * nf * (rate or nominal)
+
+    def stop(why: str, finished: bool = True) -> Result:
+        card = run_card.build_run_card(records) if records else {"status": "bound", "runs": []}
+        card = {**card, "stopped": why, "work_budget_mtok": float(work_budget)}
+        return Result(card, why, records, finished)
+
+    nf, why = first_facts(d, n_eff_prior(base), vocab), "the law at S_eff = S"
+    for i in range(max_batches):
+        j = batches.get(nf, 0)
+        cfgs = [cell_config(base, nf, s) for s in batch_seeds(seeds, j)]
+        have = [done.get(config_hash(c)) for c in cfgs]
+        todo = [c for c, h in zip(cfgs, have) if h is None]
+        spent = sum(run_card.work_tokens(r) for r in records if r.get("status") == "ok")
+        left = budget - spent
+        if todo and cost(nf) > left:
+            return stop(f"work budget: the next batch (N_f = {nf}) needs about "
+                        f"{cost(nf) / 1e6:.0f} Mtok, {max(left, 0) / 1e6:.0f} of "
+                        f"{work_budget:g} left")
+        if todo and run_cell is None:
+            return stop(f"the search stopped before N_f = {nf} (batch {j + 1}): no run of it "
+                        "in the store", finished=False)
+        if todo and time_limit_s is not None and clock() - start > time_limit_s:
+            return stop(f"time limit of {time_limit_s / 60:g} min: unfinished, the same "
+                        "command continues from the store", finished=False)
+        if todo:
+            say(f"capacity: batch {i + 1}: N_f = {nf}, L = {4 * nf}, seeds "
+                f"{','.join(str(c['train']['seed']) for c in todo)} ({why}); about "
+                f"{cost(nf) / 1e6:.0f} Mtok of {max(left, 0) / 1e6:.0f} left")
+        got = run_cell(todo) if todo else []
+        new = [h for h in have if h is not None] + list(got)
+        records += new
+        batches[nf] = j + 1
+        for r in new:
+            if r.get("status") == "ok":
+                rate = max(rate, run_card.work_tokens(r) / (4 * nf))
+        card = run_card.build_run_card(records)
+        say(_progress(card, nf, bool(todo), spent, work_budget))
+        if card["status"] == "measured":
+            return stop("measured")
+        if not any(r.get("status") == "ok" for r in new):
+            return stop("every run of N_f = {} failed: {}".format(
+                nf, next((str(r.get("error")) for r in new if r.get("error")), "see the store")))
+        nf, why = _next(card, step, top, cost, len(seeds), budget - spent
+                        - sum(run_card.work_tokens(r) for r in new if r.get("status") == "ok"))
+        if nf is None:
+            return stop(why)
+    return stop(f"{max_batches} batches")
+
+
+def _next(card, step, top, cost, runs, left) -> tuple[int | None, str]:
+    ok = [r for r in card["runs"] if r.get("accuracy") is not None]
+    med = _medians(ok)
+    if card["status"] == "no recall" or not (max(med.values()) > 0 > min(med.values())):
+        nf, why = _bracket(med, step)
+    else:
+        f = runfit.fit_runs([r["num_facts"] for r in ok], [r["correct"] for r in ok],
+                            [r["total"] for r in ok], [r["units"] for r in ok],
+                            [r["guess"] for r in ok], [not r["converged"] for r in ok])
+        lo, hi = min(med), max(med)
+        nf, why = _narrow(ok, f, max(MIN_FACTS, int(lo / step)), min(top, int(hi * step)),
+                          cost, runs, left)
+    if nf is not None and nf < MIN_FACTS:
+        return None, "no N_f left below: the smallest N_f is at the guess level"
+    if nf is not None and nf > top:
+        return None, (f"the capacity is beyond V/2 - 1 = {top} keys: rerun with a larger "
+                      "--vocab-size")
+    return nf, why
+
+
+def _progress(card: Mapping, nf: int, trained: bool, spent: float, budget: float) -> str:
+    rows = [r for r in card["runs"] if r["num_facts"] == nf]
+    accs = ", ".join("failed" if r["accuracy"] is None else f"{r['accuracy']:.3f}" for r in rows)
+    text = f"capacity: N_f = {nf}: runs {accs}" + ("" if trained else " (from the store)")
+    n50 = card.get("n50") or {}
+    if n50.get("value") is not None:
+        lo, hi = n50["ci"]
+        text += (f"; N50 {n50['value']:.3g} [{lo:.3g}, {'∞' if hi is None else f'{hi:.3g}'}] "
+                 f"({card['status']})")
+    return text + f"; {card['work_mtok']:.0f} of {budget:g} Mtok"
+
+
+def replay(base: Mapping[str, Any], records, *, seeds: Sequence[int],
+           work_budget: float = DEFAULT_WORK_MTOK, max_batches: int = MAX_BATCHES,
+           max_step: float | None = None) -> Result:
+    """The search over ``records`` alone, training nothing (the same cells as the run that
+    made them, the search being a function of its records)."""
+    done = {r["config_hash"]: r for r in records
+            if r.get("status") == "ok" and r.get("config_hash")}
+    return measure(base, seeds=seeds, work_budget=work_budget, run_cell=None, done=done,
+                   max_batches=max_batches, say=lambda _: None, max_step=max_step)
