@@ -13,7 +13,7 @@ from recallbench.law import scorer
 from recallbench.runs.store import StoreWarning, read_store
 
 TASK = {"name": "mqar", "vocab_size": 32, "seq_len": 16, "num_facts": 4}
-TRAIN = {"max_steps": 5, "val_every": 5, "val_size": 16, "test_size": 16, "batch_size": 16}
+TRAIN = {"max_steps": 5, "val_every": 5, "val_size": 16, "test_size": 4, "batch_size": 16}
 MODEL = {"adapter": "designed", "d_model": 8, "d_state": 4}
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -3,7 +3,8 @@
 Schema ``recallbench.result/1`` (every key always present)::
 
     schema, status ("ok" | "failed"), error (null or a one-line reason),
-    accuracy, accuracy_topk, top_k, correct, correct_topk, total,
+    accuracy, accuracy_topk, top_k, correct, correct_topk, total (train.test_size × the
+    task's queries per sequence: :func:`run_problem`),
     val_accuracy (best validation accuracy), best_step,
     converged (true: stopped at early_stop or on a plateau, or reached max_steps on a
     plateau; false: cut by max_steps while still improving, so a lower bound; true for an
@@ -26,7 +27,8 @@ Schema ``recallbench.result/1`` (every key always present)::
     "fused" | "reference" | "own", and why (:mod:`recallbench.api.kernels`); cuda: the
     CUDA version torch was built with, null for a CPU build; absent in a failed record),
     node (where it ran: ``{host, ray_node_id}``, the Ray node id null outside Ray;
-    null in a failed record whose worker was lost),
+    null in a failed record whose worker was lost), cpu (``{model, cpus, threads}``: the
+    CPU model, the machine's logical CPUs and torch's threads; absent in a failed record),
     wrapper (what the harness built around the adapter's mixers, and the keys the
     adapter overrides: :func:`recallbench.harness.model.resolve_wrapper`; null in a
     failed record), provenance (where the adapter's code comes from: ``{distribution,
@@ -37,21 +39,78 @@ Nothing in a record is executable; records are read back with ``json``.
 """
 from __future__ import annotations
 
+import json
+import math
 import platform
 import socket
 import sys
 from importlib import metadata
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
 from recallbench.api.errors import ConfigError
+from recallbench.api.fields import short
 from recallbench.api.kernels import TRITON
 from recallbench.api.provenance import provenance
 from recallbench.api.registry import ADAPTERS
 
 SCHEMA = "recallbench.result/1"
 DTYPE_BITS = {torch.float32: 32, torch.float16: 16, torch.bfloat16: 16, torch.float64: 64}
+#: a record's times: null or a finite number of seconds >= 0
+SECONDS = ("cpu_s", "wall_s", "train_s")
+_QUERIES: dict[str, int | None] = {}  # a task section's queries per sequence, by its JSON
+
+
+def tested_queries(config: Mapping) -> tuple[int, int] | None:
+    """(``train.test_size``, the task's queries per sequence, ``Task.num_queries``) of a run
+    of ``config``: its ``total`` is their product, since every test sequence asks every one
+    of its queries.  None when the config cannot tell: no test size, or a task not installed
+    here (or whose parameters it refuses)."""
+    from recallbench.api.registry import TASKS
+
+    task = config.get("task") if isinstance(config, Mapping) else None
+    train = config.get("train") if isinstance(config, Mapping) else None
+    size = train.get("test_size") if isinstance(train, Mapping) else None
+    if not isinstance(task, Mapping) or not isinstance(size, int) or isinstance(size, bool) \
+            or size < 1:
+        return None
+    key = json.dumps(task, sort_keys=True, default=str)
+    if key not in _QUERIES:
+        try:
+            per = TASKS.get(task.get("name")).from_params(
+                {k: v for k, v in task.items() if k != "name"}).num_queries
+        except (ConfigError, ImportError, AttributeError, TypeError, ValueError,
+                NotImplementedError):
+            per = None
+        if len(_QUERIES) > 4096:
+            _QUERIES.clear()
+        _QUERIES[key] = per if isinstance(per, int) and per >= 1 else None
+    per = _QUERIES[key]
+    return None if per is None else (size, per)
+
+
+def _seconds(x: Any) -> bool:
+    return (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            and x >= 0)
+
+
+def run_problem(rec: Mapping) -> str | None:
+    """Why a record's numbers cannot be those of a run of its config, or None: its times
+    (:data:`SECONDS`) null or finite and >= 0, and an ok record's ``total`` exactly
+    :func:`tested_queries`' product (counts multiplied by 10 keep the accuracy but narrow
+    every interval drawn from them).  Its counts themselves are
+    :func:`recallbench.api.verify.counts_problem`'s to judge."""
+    for key in SECONDS:
+        if rec.get(key) is not None and not _seconds(rec[key]):
+            return f"{key} = {short(rec[key])} is impossible (a finite number >= 0): record not used"
+    total = rec.get("total")
+    got = tested_queries(rec.get("config")) if rec.get("status") == "ok" else None
+    if total is not None and got is not None and total != got[0] * got[1]:
+        return (f"total = {short(total)} is not the queries its config tests, train.test_size "
+                f"× queries per sequence = {got[0]} × {got[1]} = {got[0] * got[1]} (counts "
+                "scaled?): record not used")
+    return None
 
 
 def versions(distribution: str | None = None) -> dict[str, str]:
@@ -106,6 +165,23 @@ def node() -> dict[str, str | None]:
     return {"host": socket.gethostname(), "ray_node_id": ray_id}
 
 
+def cpu_info() -> dict[str, Any]:
+    """The CPU a run trained on: its model name (``/proc/cpuinfo``, else the platform's), the
+    logical CPUs of the machine and the threads torch used.  Recorded so that a card's CPU
+    times can be read against their machine; a card's verdict counts tokens, not seconds."""
+    name = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name")), None)
+    except OSError:
+        pass
+    import os
+
+    return {"model": name or platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "threads": torch.get_num_threads()}
+
+
 def make_record(cfg, adapter, model, test: dict[str, Any], *, steps: int, train_s: float,
                 val_accuracy: float | None, best_step: int, device: torch.device,
                 convergence: dict[str, Any]) -> dict:
@@ -146,6 +222,7 @@ def make_record(cfg, adapter, model, test: dict[str, Any], *, steps: int, train_
         "device": device_name(device),
         "kernels": kernels_used(adapter, device),
         "node": node(),
+        "cpu": cpu_info(),
         "wrapper": getattr(model, "wrapper", None),
         "provenance": adapter_provenance(cfg.model.adapter),
     }

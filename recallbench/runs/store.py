@@ -19,7 +19,9 @@ preferred over ``failed`` ones (the first ok record is kept; among failed ones t
 latest, whose reason is the most recent), and the number of duplicates is reported.
 Records are plain JSON (``recallbench.result/1``, see :mod:`recallbench.api.record`); nothing
 read from a store is executed.  A record whose ``config_hash`` is not its config's, or whose
-counts are impossible, is reported (file:line) and not used (:mod:`recallbench.api.verify`).
+counts are impossible, is reported (file:line) and not used (:mod:`recallbench.api.verify`),
+and so is one whose ``total`` is not its config's test sequences × queries per sequence, or
+whose times are negative or not finite (:func:`recallbench.api.record.run_problem`).
 """
 from __future__ import annotations
 
@@ -87,14 +89,18 @@ def _line(record: dict[str, Any]) -> str:
 def _record_lines(path: Path, warn: Callable[[str], None]
                   ) -> tuple[list[tuple[int, dict]], list[int]]:
     """:func:`scan_lines` less the entries that are not result records, and the records
-    that fail :func:`recallbench.api.verify.record_problem` (reported too)."""
+    that fail :func:`recallbench.api.verify.record_problem` or whose numbers no run of
+    their config makes (:func:`recallbench.api.record.run_problem`: a ``total`` other than
+    test sequences × queries per sequence, negative or non-finite times; reported too)."""
+    from recallbench.api.record import run_problem
+
     items, torn = scan_lines(path, warn)
     records = []
     notes = _Notes(path, warn)
     for number, item in items:
         if not (isinstance(item, dict) and isinstance(item.get("config_hash"), str)):
             notes.add(number, "ignoring an entry that is not a result record")
-        elif (problem := record_problem(item)) is not None:
+        elif (problem := record_problem(item) or run_problem(item)) is not None:
             notes.add(number, problem)
         else:
             records.append((number, item))
