@@ -76,7 +76,10 @@ def _usable(r: Mapping) -> bool:
 
 
 def _check_record(r: Mapping) -> None:
-    """A record that fills a point: hash, counts and sizes are plain, bounded values."""
+    """A record that fills a point: hash, counts and sizes are plain, bounded values, and
+    its ``total`` is what a run of its config tests (test sequences × queries per sequence)."""
+    from recallbench.api.record import tested_queries
+
     h = r.get("config_hash")
     need(isinstance(h, str) and bool(re.fullmatch(r"[0-9a-f]{64}", h)), "submit",
          f"a record in the store has config_hash {short(h)}, not 64 hex digits")
@@ -85,13 +88,19 @@ def _check_record(r: Mapping) -> None:
         need(is_count(r.get(k)), rw, f"{k} = {short(r.get(k))} is not an integer count")
     need(0 <= r["correct"] <= r["correct_topk"] <= r["total"] and r["total"] > 0, rw,
          "counts must satisfy 0 <= correct <= correct_topk <= total, total > 0")
+    got = tested_queries(r["config"])
+    if got is not None:
+        size, per = got
+        need(r["total"] == size * per, rw, f"total = {r['total']} is not what a run of its "
+             f"config tests, train.test_size × queries per sequence = {size} × {per} = "
+             f"{size * per}: an impossible record; remove it from the store")
     need(is_num(r.get("info_bits")) and 0 < r["info_bits"] <= 1e9, rw,
          f"info_bits = {short(r.get('info_bits'))} is not a number in (0, 1e9]")
     need(r.get("state_size") is None or is_count(r.get("state_size"), 1), rw,
          f"state_size = {short(r.get('state_size'))} is not a positive integer or null")
     for k in ("steps", "best_step", "params"):
         need(r.get(k) is None or is_count(r.get(k)), rw, f"{k} = {short(r.get(k))} is not a count")
-    for k in ("train_s", "wall_s"):
+    for k in ("train_s", "wall_s", "cpu_s"):
         need(r.get(k) is None or (is_num(r.get(k)) and r[k] >= 0), rw,
              f"{k} = {short(r.get(k))} is not a finite number >= 0")
     need(r.get("threads") is None or is_count(r.get("threads"), 1), rw,

@@ -10,9 +10,12 @@
 3. each budget: sizes recomputed by the adapter (``recompute``), one model config, and
    each point: on the suite's grid, counts consistent and bounded, ``config_hash`` = hash
    of (budget config + delta), config following the suite, ``info_bits`` from the task,
-   and no accuracy beyond the Fano bound (Lem 4.5; docs/theory.md, 'The law');
+   ``total`` = its test sequences × the task's queries per sequence, and no accuracy
+   beyond the Fano bound (Lem 4.5; docs/theory.md, 'The law');
 4. the scorer flagged nothing impossible, and (unless ``check_scores`` is off) every
-   stored score agrees with the scorer's, recomputed from the counts.
+   stored score agrees with the scorer's, recomputed from the counts; a capacity suite's
+   search ended and each card is, field by field, the one its points make
+   (``capacity_suite.check_cards``).
 
 A file is checked on its own here; ``board`` compares the files of a suite (duplicates).
 """
@@ -181,11 +184,26 @@ def _check_point(p: Any, b: Mapping, adapter: str, suite: Suite, pw: str, want_p
     need(bad is None, pw, f"config does not follow the suite: {bad}")
     check_point_protocol(p, full["train"]["lr"], pw)
     check_info_bits(p, full["task"], pw)
+    _check_total(p, full, pw)
     if p.get("accuracy") is not None:
         need(abs(p["accuracy"] - p["correct"] / p["total"]) < 1e-5, pw,
              "accuracy does not equal correct/total")
     if b["state_size"] is not None:
         _check_fano(p, b, suite.scoring["level"], pw)
+
+
+def _check_total(p: Mapping, config: Mapping, pw: str) -> None:
+    """The point's ``total`` is what a run of its config tests: its test sequences times the
+    task's queries per sequence (counts multiplied alike keep the accuracy, and narrow
+    every interval drawn from them)."""
+    from recallbench.api.record import tested_queries
+
+    got = tested_queries(config)
+    need(got is not None, pw, "total cannot be checked: the config names no train.test_size")
+    size, per = got
+    need(p["total"] == size * per, pw, f"total = {short(p['total'])} is not allowed: a run of "
+         f"this config tests train.test_size × queries per sequence = {size} × {per} = "
+         f"{size * per} queries")
 
 
 def _check_fano(p: Mapping, b: Mapping, level: float, pw: str) -> None:
