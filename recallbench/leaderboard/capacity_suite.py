@@ -6,9 +6,11 @@ protocol into the store; ``submit`` **replays** that search over the store
 (:func:`recallbench.runs.capacity.replay`: the search is a function of the records, so the
 replay visits the cells the run visited, in order, and trains nothing) and writes, per
 budget, every run of the visited cells as points and the capacity card they make
-(``law.card``).  Validation replays the search over the submission's own points: the cells
-must be the ones the search visits (no cell chosen by hand, none left out) and the stored
-card must be the one the points make.
+(``law.card``).  Validation replays the search over the submission's own points: the search
+must have ended (a replay that stops before a cell the points lack is an interrupted run,
+not a card), the cells must be the ones it visits (no cell chosen by hand, none left out),
+and the stored card must be the one the points make, field by field (``checks.difference``:
+every key, type and value, whatever the card's schema holds).
 
     base = budget_base(suite, "linear-mamba", suite.budget("D32-N8"))
     found = capacity_points(suite, records, "linear-mamba")   # build_submission: per budget
@@ -22,11 +24,11 @@ from typing import Callable, Mapping
 
 from recallbench.api.canonical import plain
 from recallbench.api.errors import ConfigError
-from recallbench.leaderboard.checks import agrees, need, short
+from recallbench.leaderboard.checks import difference, need, short
 from recallbench.leaderboard.suite import Suite
 
-#: card fields a submission stores and validation recomputes (numbers within 2%)
-CARD_CHECKED = ("status", "s_eff", "ratio", "n_eff", "guess_share", "fitted_cells")
+#: how a replay says the records end before the search did (``runs.capacity.measure``)
+UNFINISHED = "the search stopped before"
 
 
 def budget_base(suite: Suite, adapter: str, budget: Mapping,
@@ -113,7 +115,7 @@ def plan_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
         head = (f"{b['name']}: the store holds {cells} cell(s) of the search, "
                 f"{spent / 60:.1f} CPU-min" if done and done.records
                 else f"{b['name']}: nothing in the store yet")
-        if done and done.records and not done.stopped.startswith("the search stopped before"):
+        if done and done.records and not unfinished(done):
             why = "" if done.stopped == done.card["status"] else f" ({done.stopped})"
             log(f"{head}; the search is over, {done.card['status']}{why}: nothing to run")
             left[b["name"]] = 0.0
@@ -150,6 +152,17 @@ def _replay(suite: Suite, base: Mapping, records: list[Mapping]):
                            max_step=max_step(suite), fit_budget=fit_budget(suite))
 
 
+def unfinished(result) -> bool:
+    """Whether a replay ran out of records before the search ended (an interrupted run)."""
+    return result.stopped.startswith(UNFINISHED)
+
+
+def _finish(suite: Suite, adapter: str) -> str:
+    return (f"an unfinished search is not a card: rerun `recallbench leaderboard run --suite "
+            f"{suite.dir} --adapter {adapter} --store STORE` with the same store to finish it, "
+            "then submit again")
+
+
 def stored_card(card: Mapping) -> dict:
     """The card as a submission stores it (its provenance is the submission's)."""
     return plain({k: v for k, v in card.items() if k not in ("provenance", "model")})
@@ -172,6 +185,8 @@ def capacity_points(suite: Suite, records: list[Mapping], adapter: str
              f"the store holds no run of budget {b['name']} for adapter {adapter} that starts "
              f"the search (run `recallbench leaderboard run --suite {suite.dir} --adapter "
              f"{adapter} --store ...`)")
+        need(not unfinished(result), f"submit: budget {b['name']}",
+             f"{result.stopped}; {_finish(suite, adapter)}")
         pairs = [({"budget": b["name"], "num_facts": r["config"]["task"]["num_facts"],
                    "seed": r["config"]["train"]["seed"]}, r) for r in result.records]
         out.append((b, pairs, {**stored_card(result.card), "stopped": result.stopped}))
@@ -179,7 +194,8 @@ def capacity_points(suite: Suite, records: list[Mapping], adapter: str
 
 
 def check_cards(sub: Mapping, suite: Suite, where: str, records_of: Callable) -> None:
-    """Each budget's cells are the replayed search's, and its card the one they make.
+    """Each budget's search ended, its cells are the replayed search's, and its card is the
+    one they make: every field, of the recomputed card's type, none added or left out.
 
     ``records_of(budget_entry)``: the budget's points as result records."""
     for b in sub["budgets"]:
@@ -195,16 +211,17 @@ def check_cards(sub: Mapping, suite: Suite, where: str, records_of: Callable) ->
         need(not extra, bw, f"point N_f={extra[0][0] if extra else ''} seed="
              f"{extra[0][1] if extra else ''} is not a cell the capacity search visits "
              "(a cell chosen by hand, or one after the search stopped)")
-        fresh = stored_card(result.card)
-        for k in CARD_CHECKED:
-            need(agrees(card.get(k), fresh.get(k)), bw,
-                 f"card.{k} = {short(card.get(k))} does not match the card recomputed from "
-                 f"the points ({short(fresh.get(k))})")
-        cap, new = card.get("capacity") or {}, fresh.get("capacity") or {}
-        for k in ("p50", "p1_delta", "per_kbit", "p50_per_kbit"):
-            need(agrees(cap.get(k), new.get(k)), bw,
-                 f"card.capacity.{k} = {short(cap.get(k))} does not match the recomputed "
-                 f"{short(new.get(k))}")
+        need(not unfinished(result), bw, f"{result.stopped}; "
+             f"{_finish(suite, sub['model']['adapter'])}")
+        fresh = {**stored_card(result.card), "stopped": result.stopped}
+        unknown = [k for k in card if k not in fresh]
+        need(not unknown, bw, f"card holds the unknown field {short(unknown[0]) if unknown else ''}"
+             f": a card holds the fields of the one its points make ({', '.join(fresh)})")
+        for k, new in fresh.items():
+            found = difference(card.get(k), new, f"card.{k}") if k in card else \
+                f"card lacks the field {k!r}"
+            need(found is None, bw, f"card.{k} does not match the card recomputed from the "
+                 f"points: {found} (numbers agree within 2%, integers and texts exactly)")
 
 
 def check_point_facts(p: Mapping, suite: Suite, pw: str) -> None:

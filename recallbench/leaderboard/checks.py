@@ -60,6 +60,50 @@ def agrees(a: Any, c: Any) -> bool:
     return is_num(a) and is_num(c) and math.isclose(a, c, rel_tol=0.02, abs_tol=1e-6)
 
 
+def _kind(x: Any) -> str:
+    """What a recomputed value is, in words (what its stored value must be)."""
+    if isinstance(x, dict):
+        return "a mapping"
+    if isinstance(x, list):
+        return f"a list of {len(x)} entries"
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return "true or false"
+    if isinstance(x, str):
+        return "text"
+    return "an integer" if isinstance(x, int) else "a number"
+
+
+def difference(a: Any, c: Any, path: str) -> str | None:
+    """Where a stored value ``a`` is not its recomputation ``c`` (named from ``path``), in
+    words, or None.  Recursively: the same keys (none unknown, none missing), the same kind
+    of value (a mapping, a list of as many entries, text, a flag, null, an integer, a
+    number), texts, flags and integers equal, numbers as :func:`agrees` has them (2%, the
+    same infinity).  Nothing here knows what the value holds: a whole stored result (a
+    capacity card, of any schema) is checked against the one its data make."""
+    if type(a) is not type(c):
+        return f"{path} = {short(a)} must be {_kind(c)}, as recomputed ({short(c)})"
+    if isinstance(c, dict):
+        for k in a:
+            if k not in c:
+                return f"{path} holds the unknown field {short(k)} (the recomputed {path} has not)"
+        for k in c:
+            if k not in a:
+                return f"{path} lacks the field {short(k)} (the recomputed {path} has it)"
+            found = difference(a[k], c[k], f"{path}.{k}")
+            if found:
+                return found
+        return None
+    if isinstance(c, list):
+        if len(a) != len(c):
+            return f"{path} holds {len(a)} entries, the recomputed {len(c)}"
+        return next((d for i, (x, y) in enumerate(zip(a, c))
+                     if (d := difference(x, y, f"{path}[{i}]"))), None)
+    same = agrees(a, c) if isinstance(c, float) else a == c
+    return None if same else f"{path} = {short(a)} is not the recomputed {short(c)}"
+
+
 def is_count(x, low: int = 0) -> bool:
     """An int in [low, MAX_COUNT] (bools excluded)."""
     return is_int(x) and low <= x <= MAX_COUNT

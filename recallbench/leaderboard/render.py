@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
+from recallbench.api.errors import ConfigError
 from recallbench.leaderboard import capacity_board
 from recallbench.leaderboard.board import valid_board
 from recallbench.leaderboard.markdown import code, md, readme_head
@@ -104,6 +105,22 @@ def _check_fresh(suite: Suite, text: str, rows: list[dict], subs: list[tuple[Pat
     return fresh, msgs
 
 
+def _each_renders(suite: Suite, subs: list[tuple[Path, Mapping]]) -> None:
+    """Each valid capacity submission's README lines and page, made alone: a card that
+    validation accepted but the board could not show (a bug here, not in the file's
+    favour) is refused in one line naming its file, before anything is written."""
+    for path, sub in subs:
+        try:
+            rows = capacity_board.card_rows(suite, [(path, sub)])
+            capacity_board.render_markdown(suite, rows)
+            capacity_board.page_html(suite, rows, {})
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError,
+                OverflowError) as exc:
+            detail = " ".join(str(exc).split())[:120]
+            raise ConfigError(f"{path}: its cards cannot be shown ({type(exc).__name__}: "
+                              f"{detail}); nothing rendered") from None
+
+
 def render(suite_dir: str | Path, *, check: bool = False, plot: bool = True
            ) -> tuple[bool, list[str]]:
     """Write (or with ``check``, compare) the suite's README.md, plot and page (index.html).
@@ -115,6 +132,7 @@ def render(suite_dir: str | Path, *, check: bool = False, plot: bool = True
     suite = load_suite(suite_dir)
     subs = valid_board(suite.dir)
     if suite.is_capacity:  # cards, not grid scores: ranked per budget (capacity_board)
+        _each_renders(suite, subs)
         return capacity_board.render(suite, subs, check=check, plot=plot)
     rows = leaderboard_rows(suite, subs)
     text = render_markdown(suite, rows)
