@@ -267,7 +267,10 @@ def test_the_card_renders_json_markdown_and_png(tmp_path):
     (["--d-model", "0"], "--d-model 0"),
     (["--d-model", "8", "--seeds", "0,0"], "--seeds"),
     (["--d-model", "8", "--time-budget", "-1"], "--time-budget"),
-    (["--d-model", "8", "--cpu-budget", "0"], "--cpu-budget 0 is not allowed"),
+    (["--d-model", "8", "--method", "1", "--cpu-budget", "0"], "--cpu-budget 0 is not allowed"),
+    (["--d-model", "8", "--cpu-budget", "5"], "--cpu-budget is for --method 1"),
+    (["--d-model", "8", "--work-budget", "0.5"], "--work-budget 0.5 is not allowed"),
+    (["--d-model", "8", "--method", "1", "--work-budget", "5"], "--work-budget is for --method 2"),
     (["--d-model", "8", "--set", "task.num_facts=4"], "--set task."),
     (["--d-model", "8", "--state-size", "5"], "--state-size"),
     (["--d-model", "8", "--set", "train.batch_size=0"], "train.batch_size"),
@@ -283,7 +286,8 @@ def test_bad_flags_are_one_line_and_nothing_trains(cli, flags, field, tmp_path):
 
 @pytest.mark.parametrize("flags, fits", [([], True), (["--no-fit-budget"], False)])
 def test_the_command_fits_the_budget_unless_told_not_to(cli, tmp_path, monkeypatch, flags, fits):
-    """`capacity` searches with fit_budget by default (cpu-v3 did not: --no-fit-budget)."""
+    """`capacity --method 1` searches with fit_budget by default (cpu-v3 did not:
+    --no-fit-budget)."""
     seen = {}
     made = capacity.measure(BASE, run_cell=simulated(8.0), budget_s=1e9, say=lambda s: None)
 
@@ -293,7 +297,7 @@ def test_the_command_fits_the_budget_unless_told_not_to(cli, tmp_path, monkeypat
 
     monkeypatch.setattr(capacity, "run", run)
     rc, out, err = cli("capacity", "--adapter", "linear-mamba", "--d-model", "32",
-                       "--d-state", "8", "--out", str(tmp_path / "o"), *flags)
+                       "--d-state", "8", "--out", str(tmp_path / "o"), "--method", "1", *flags)
     assert rc == 0, err
     assert seen["fit_budget"] is fits and seen["max_step"] is None
 
@@ -309,7 +313,7 @@ def test_the_command_writes_a_card_and_a_rerun_resumes_from_its_store(cli, tmp_p
     run in the store, and the same command again reads the store instead of running."""
     args = ("capacity", "--adapter", "designed", "--d-model", "16", "--d-state", "4",
             "--seeds", "0", "--workers", "1", "--set", "train.test_size=256",
-            "--out", str(tmp_path / "card"))
+            "--out", str(tmp_path / "card"), "--method", "1")
     rc, out, err = cli(*args)
     assert rc == 0, err
     card = json.loads((tmp_path / "card" / "card.json").read_text())
@@ -337,7 +341,7 @@ def test_run_seconds_reads_the_protocol():
 @pytest.mark.slow
 def test_dry_runs_measure_a_step_and_train_nothing(cli, tmp_path):
     rc, out, err = cli("capacity", "--adapter", "linear-mamba", "--d-model", "8", "--d-state",
-                       "2", "--out", str(tmp_path / "c"), "--dry-run")
+                       "2", "--out", str(tmp_path / "c"), "--dry-run", "--method", "1")
     assert rc == 0, err
     assert re.search(r"measured: [\d.]+ ms a step at N_f = \d+", out)
     assert re.search(r"ETA: [\d.]+ min to [\d.]+ min", out) and not (tmp_path / "c").exists()

@@ -84,5 +84,8 @@ def counts_problem(rec: dict) -> str | None:
 
 
 def record_problem(rec: dict) -> str | None:
-    """Why a stored record must not be used (its hash, then its counts), or None."""
-    return hash_problem(rec) or counts_problem(rec)
+    """Why a stored record must not be used (its hash, then its counts, then numbers no run
+    of its config makes: :func:`recallbench.api.record.run_problem`), or None."""
+    from recallbench.api.record import run_problem
+
+    return hash_problem(rec) or counts_problem(rec) or run_problem(rec)

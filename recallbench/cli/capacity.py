@@ -67,23 +67,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", default="0,1", help="seeds per cell, comma-separated (default 0,1)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override the protocol (train.*, model.options.*); repeatable")
-    p.add_argument("--time-budget", type=float, default=60.0, metavar="MINUTES",
-                   help="stop when the next cell would not fit in this wall time, and report "
+    p.add_argument("--method", type=int, choices=(1, 2), default=2,
+                   help="2 (default): every run enters a free-slope fit of N50, a budget in "
+                        "training work; 1: leaderboards/cpu-v3's best-of-seeds law fit, a "
+                        "budget in minutes (docs/capacity.md)")
+    p.add_argument("--work-budget", type=float, default=None, metavar="MTOK",
+                   help="method 2: millions of tokens the card may train, those of runs in "
+                        "the store included: the same verdict on any machine (default "
+                        "300)")
+    p.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
+                   help="method 2: a wall-time limit; a search it stops is unfinished (exit "
+                        "3) and the same command continues it (default none).  Method 1: "
+                        "stop when the next cell would not fit in this wall time, and report "
                         "a bound (default 60)")
     p.add_argument("--cpu-budget", type=float, default=None, metavar="MINUTES",
-                   help="instead of --time-budget: CPU minutes of the card's runs, those in "
-                        "the store included (what a capacity suite uses: the same cell on a "
-                        "shared or an idle machine)")
-    p.add_argument("--max-cells", type=int, default=12, help="at most this many N_f (default 12)")
+                   help="method 1, instead of --time-budget: CPU minutes of the card's runs, "
+                        "those in the store included")
+    p.add_argument("--max-cells", type=int, default=None,
+                   help="at most this many batches (method 2, default 24) or N_f (method 1, "
+                        "default 12)")
     p.add_argument("--max-step", type=float, default=0.0, metavar="R",
                    help="each new N_f within R times the largest (1/R the smallest) measured "
                         f"so far, R in [{MAX_STEP_RANGE[0]:g}, {MAX_STEP_RANGE[1]:g}] (default "
                         "0: no limit, as leaderboards/cpu-v3 searched)")
-    p.add_argument("--fit-budget", action=argparse.BooleanOptionalAction, default=True,
+    p.add_argument("--fit-budget", action=argparse.BooleanOptionalAction, default=None,
                    help="when the next cell, beyond every N_f measured, would not fit in the "
                         "budget left, measure the largest N_f that does instead of stopping "
-                        "(default on; --no-fit-budget stops there, as leaderboards/cpu-v3 "
-                        "searched)")
+                        "(method 1; default on; --no-fit-budget stops there, as "
+                        "leaderboards/cpu-v3 searched)")
     p.add_argument("--workers", type=int, default=None,
                    help="train a cell's seeds in this many processes, 1 to the CPUs "
                         "(default: the seeds, at most the CPUs; 1 with --factory)")
@@ -145,10 +156,43 @@ def _factory(spec: str, state_size: int | None, name: str | None = None):
                              "name": name}
 
 
+def _settle(args) -> None:
+    """Each method's defaults for the flags left unset, and the flags of the other method
+    refused in one line."""
+    from recallbench.runs import card_search
+
+    method = getattr(args, "method", 1)
+    if method == 2:
+        for flag, value in (("--cpu-budget", args.cpu_budget),
+                            ("--fit-budget", getattr(args, "fit_budget", None))):
+            if value is not None:
+                raise ConfigError(f"{flag} is for --method 1: method 2 counts a card's budget "
+                                  "in training work (--work-budget MTOK)")
+        if args.work_budget is None:
+            args.work_budget = card_search.DEFAULT_WORK_MTOK
+        lo, hi = card_search.WORK_RANGE
+        if not lo <= args.work_budget <= hi:
+            raise ConfigError(f"--work-budget {args.work_budget:g} is not allowed: millions of "
+                              f"tokens in [{lo:g}, {hi:g}]")
+        if args.max_cells is None:
+            args.max_cells = card_search.MAX_BATCHES
+        return
+    if getattr(args, "work_budget", None) is not None:
+        raise ConfigError("--work-budget is for --method 2 (method 1 counts minutes: "
+                          "--time-budget or --cpu-budget)")
+    if args.time_budget is None:
+        args.time_budget = 60.0
+    if args.max_cells is None:
+        args.max_cells = 12
+    if getattr(args, "fit_budget", None) is None:
+        args.fit_budget = True
+
+
 def base_config(args) -> dict:
     """The card's config (the protocol, the model, MQAR at V) after --set, validated."""
     from recallbench.api.config import apply_overrides, resolve
 
+    _settle(args)
     for flag, value, low in (("--d-model", args.d_model, 1), ("--d-state", args.d_state, 1),
                              ("--n-layers", args.n_layers, 1), ("--vocab-size", args.vocab_size, 8),
                              ("--max-cells", args.max_cells, 1)):
@@ -213,6 +257,8 @@ def _check_set_flags(args) -> None:
 
 
 def _dry_run(args, base: dict, seeds: list[int]) -> int:
+    if getattr(args, "method", 1) == 2:
+        return _dry_run_v2(args, base, seeds)
     from recallbench.runs.capacity import estimate
     from recallbench.runs.eta import minutes
 
@@ -232,6 +278,33 @@ def _dry_run(args, base: dict, seeds: list[int]) -> int:
           f"({EXPECTED_CELLS[0]} cells stopping on their first plateau to "
           f"{EXPECTED_CELLS[1]} at their cap, at up to twice this L; the time budget is "
           f"{args.time_budget:g} min)")
+    print("(dry run: nothing was trained)")
+    return 0
+
+
+def _dry_run_v2(args, base: dict, seeds: list[int]) -> int:
+    """Method 2's plan: the first cell, a measured step there, and the CPU time from the
+    first batch at its nominal steps to the whole work budget at that step's rate."""
+    from recallbench.runs import card_search
+    from recallbench.runs.capacity import cell_config, n_eff_prior
+    from recallbench.runs.eta import minutes, step_seconds
+
+    d, vocab = base["model"]["d_model"], base["task"]["vocab_size"]
+    nf = card_search.first_facts(d, n_eff_prior(base), vocab)
+    step = step_seconds(cell_config(base, nf, seeds[0]))
+    workers = _workers(args, seeds)
+    train = base["train"]
+    lrs = train["lr"] if isinstance(train["lr"], list) else [train["lr"]]
+    per_step = train["batch_size"] * 4 * nf
+    first = len(seeds) * len(lrs) * train["max_steps"] * per_step
+    print(f"capacity plan (method 2): {base['model']['adapter']} D={d} "
+          f"N={base['model']['d_state']} at V={vocab}; first batch N_f = {nf}, L = {4 * nf}, "
+          f"{len(seeds)} run(s) of {len(lrs)} learning rate(s)")
+    print(f"  measured: {step * 1000:.1f} ms a step ({per_step / step / 1e3:.0f} k tokens/s); "
+          f"{workers} worker(s); work budget {args.work_budget:g} Mtok")
+    print(f"  ETA: {minutes(first / per_step * step / workers)} (the first batch at "
+          f"{train['max_steps']} steps) to {minutes(args.work_budget * 1e6 / per_step * step / workers)} "
+          "(the whole work budget at this L's rate; a longer L costs more per token)")
     print("(dry run: nothing was trained)")
     return 0
 
@@ -264,6 +337,8 @@ def command(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name in ("card.json", "card.md", "card.png"):
         check_writable(out / name)
+    if getattr(args, "method", 1) == 2:
+        return _measure_v2(args, base, seeds, store, workers, out)
     from recallbench.runs import capacity
 
     cpu = args.cpu_budget is not None
@@ -279,14 +354,45 @@ def command(args) -> int:
     return 0
 
 
-def write_card(card: dict, out: Path) -> dict:
-    """card.json, card.png and card.md in ``out``."""
-    from recallbench.law import card_render
+def _measure_v2(args, base, seeds, store, workers, out) -> int:
+    """Method 2's search (``runs.card_search``) and its card; exit 3 when the wall-time
+    limit left it unfinished."""
+    from recallbench.law.run_card_render import cite, headline
+    from recallbench.runs import card_search
+    from recallbench.runs.budget import EXIT_BUDGET
 
+    result = card_search.run(base, seeds=seeds, store=store, workers=workers,
+                             work_budget=args.work_budget, max_batches=args.max_cells,
+                             max_step=args.max_step or None,
+                             time_limit_s=None if args.time_budget is None
+                             else args.time_budget * 60)
+    written = write_card(result.card, out)
+    print(headline(result.card))
+    print(cite(result.card, _version()))
+    print(f"card written to {written['markdown']} (and card.json, card.png)")
+    if not result.finished:
+        print(f"unfinished ({result.stopped}): the same command continues from {store}")
+        return EXIT_BUDGET
+    return 0
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("recallbench")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def write_card(card: dict, out: Path) -> dict:
+    """card.json, card.png and card.md in ``out`` (each method's card by its renderer)."""
+    from recallbench.law import card_render, run_card, run_card_render
+
+    render = run_card_render if card.get("schema") == run_card.CARD_SCHEMA else card_render
     out.mkdir(parents=True, exist_ok=True)
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
-    card_render.draw(card, out / "card.png")
+    render.draw(card, out / "card.png")
     md = out / "card.md"
-    md.write_text(card_render.render_markdown(card, "card.png"), encoding="utf-8")
+    md.write_text(render.render_markdown(card, "card.png"), encoding="utf-8")
     return {"json": str(out / "card.json"), "markdown": str(md), "figure": str(out / "card.png")}
-

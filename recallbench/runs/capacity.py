@@ -37,6 +37,7 @@ to the store as it finishes, so a rerun with the same store resumes without trai
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
@@ -285,9 +286,20 @@ def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float
         max_cells: int = MAX_CELLS, workers: int = 1, delta: float = 0.01,
         say: Callable[[str], None] = print, cpu: bool = False,
         max_step: float | None = None, fit_budget: bool = False) -> Result:
-    """:func:`measure` with real training: each cell's seeds on ``workers`` processes
-    (in this process when 1), every record appended to ``store`` as it finishes, and the
-    store's records reused on a rerun.  ``cpu``: the budget is CPU seconds (:func:`measure`)."""
+    """:func:`measure` with real training (:func:`trained`).  ``cpu``: the budget is CPU
+    seconds (:func:`measure`)."""
+    with trained(store, workers) as (done, run_cell):
+        return measure(base, seeds=seeds, budget_s=budget_s, run_cell=run_cell, done=done,
+                       max_cells=max_cells, delta=delta, say=say, cpu=cpu,
+                       max_step=max_step, fit_budget=fit_budget)
+
+
+@contextlib.contextmanager
+def trained(store, workers: int = 1):
+    """``(done, run_cell)`` for a search that trains for real: ``done`` the ok records of
+    ``store`` by config hash (reused on a rerun), ``run_cell(configs) -> records`` trains
+    them on ``workers`` processes (in this process when 1), appending each record to
+    ``store`` as it finishes."""
     from recallbench.runs.executors import make_executor
     from recallbench.runs.store import Store
 
@@ -308,9 +320,7 @@ def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float
                         got.append(rec)
                 return got
 
-            return measure(base, seeds=seeds, budget_s=budget_s, run_cell=run_cell, done=done,
-                           max_cells=max_cells, delta=delta, say=say, cpu=cpu,
-                           max_step=max_step, fit_budget=fit_budget)
+            yield done, run_cell
     finally:
         executor.close()
 

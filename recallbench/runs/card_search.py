@@ -236,8 +236,12 @@ def _progress(card: Mapping, nf: int, trained: bool, spent: float, budget: float
     accs = ", ".join("failed" if r["accuracy"] is None else f"{r['accuracy']:.3f}" for r in rows)
     text = f"capacity: N_f = {nf}: runs {accs}" + ("" if trained else " (from the store)")
     n50 = card.get("n50") or {}
-    if n50.get("value") is not None:
-        lo, hi = n50["ci"]
+    lo, hi = n50.get("ci") or (None, None)
+    if n50.get("bound") == "lower":
+        text += f"; N50 ≥ {lo:.3g} (not bracketed yet)"
+    elif n50.get("bound") == "upper":
+        text += f"; N50 ≤ {'∞' if hi is None else f'{hi:.3g}'} (not bracketed yet)"
+    elif n50.get("value") is not None:
         text += (f"; N50 {n50['value']:.3g} [{lo:.3g}, {'∞' if hi is None else f'{hi:.3g}'}] "
                  f"({card['status']})")
     return text + f"; {card['work_mtok']:.0f} of {budget:g} Mtok"
@@ -252,3 +256,12 @@ def replay(base: Mapping[str, Any], records, *, seeds: Sequence[int],
             if r.get("status") == "ok" and r.get("config_hash")}
     return measure(base, seeds=seeds, work_budget=work_budget, run_cell=None, done=done,
                    max_batches=max_batches, say=lambda _: None, max_step=max_step)
+
+
+def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, workers: int = 1,
+        say: Callable[[str], None] = print, **kwargs) -> Result:
+    """:func:`measure` with real training into ``store`` (``capacity.trained``)."""
+    from recallbench.runs.capacity import trained
+
+    with trained(store, workers) as (done, run_cell):
+        return measure(base, seeds=seeds, run_cell=run_cell, done=done, say=say, **kwargs)

@@ -89,18 +89,16 @@ def _line(record: dict[str, Any]) -> str:
 def _record_lines(path: Path, warn: Callable[[str], None]
                   ) -> tuple[list[tuple[int, dict]], list[int]]:
     """:func:`scan_lines` less the entries that are not result records, and the records
-    that fail :func:`recallbench.api.verify.record_problem` or whose numbers no run of
-    their config makes (:func:`recallbench.api.record.run_problem`: a ``total`` other than
-    test sequences × queries per sequence, negative or non-finite times; reported too)."""
-    from recallbench.api.record import run_problem
-
+    that fail :func:`recallbench.api.verify.record_problem` (numbers no run of their config
+    makes among them: a ``total`` other than test sequences × queries per sequence,
+    negative or non-finite times; reported too)."""
     items, torn = scan_lines(path, warn)
     records = []
     notes = _Notes(path, warn)
     for number, item in items:
         if not (isinstance(item, dict) and isinstance(item.get("config_hash"), str)):
             notes.add(number, "ignoring an entry that is not a result record")
-        elif (problem := record_problem(item) or run_problem(item)) is not None:
+        elif (problem := record_problem(item)) is not None:
             notes.add(number, problem)
         else:
             records.append((number, item))

@@ -1,0 +1,152 @@
+"""Render a method-2 capacity card (:mod:`recallbench.law.run_card`) as text, Markdown and PNG.
+
+Reads the JSON-ready card only.  The headline is what the cells bracket, N50 and the
+S_eff/S anchored there; a bound is printed as ≥ or ≤ with its reason and never as a
+measurement; far extrapolations (N_f* at 1 − δ) are not printed; the one-parameter law's
+misfit is shown beside the fit.  :func:`cite` is one line a paper can quote.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from recallbench.law.card_render import interval, num
+
+
+def layer_name(card: Mapping) -> str:
+    """The layer's name: a factory's ``--name``, else its adapter, with D, N and Λ."""
+    m = card["model"]
+    name = (m.get("options") or {}).get("name") or m.get("adapter")
+    text = f"{name} D={m.get('d_model')} N={m.get('d_state')}"
+    return text + (f" Λ={m['n_layers']}" if (m.get("n_layers") or 1) > 1 else "")
+
+
+def _value(entry: Mapping | None, bound: str | None) -> str:
+    if not entry:
+        return "–"
+    lo, hi = entry.get("ci") or (None, None)
+    if bound == "lower":
+        return f"≥ {num(lo)} (a lower bound)"
+    if bound == "upper":
+        return f"≤ {'∞' if hi is None else num(hi)} (an upper bound)"
+    return f"{num(entry.get('value'))} {interval(entry.get('ci'))}"
+
+
+def headline(card: Mapping) -> str:
+    """One line: the layer, its state, and what the card says of it."""
+    name, status = layer_name(card), card.get("status")
+    n50 = card.get("n50") or {}
+    if status == "no recall":
+        return f"{name}: {card.get('why')}; N50 {_value(n50, 'upper')}"
+    if not n50:
+        return f"{name}: BOUND: {card.get('why')}"
+    bound = n50.get("bound")
+    text = f"{name}: N50 {_value(n50, bound)}"
+    ratio = card.get("ratio")
+    if ratio:
+        text += f", S_eff/S {_value(ratio, bound)}"
+    elif card.get("state_size") is None:
+        text += " (a state that grows with L: no S_eff/S)"
+    if status != "measured":
+        text += f" — BOUND: {card.get('why')}"
+    return text
+
+
+def cite(card: Mapping, version: str | None = None) -> str:
+    """One line a paper can quote: value, interval, budget, protocol, version."""
+    n50, ratio = card.get("n50") or {}, card.get("ratio") or {}
+    what = (f"N50 = {num(n50.get('value'))} {interval(n50.get('ci'))}" if n50.get("value")
+            else f"N50 {_value(n50, n50.get('bound'))}")
+    if ratio.get("value") is not None and card.get("status") == "measured":
+        what += f", S_eff/S = {num(ratio['value'])} {interval(ratio['ci'])}"
+    return (f"{layer_name(card)} on MQAR V={card['task'].get('vocab_size')}, L = 4·N_f: {what} "
+            f"({card.get('status')}; 95% profile interval over {len(card.get('runs') or [])} "
+            f"runs; {num(card.get('work_mtok'))} of {num(card.get('work_budget_mtok'))} Mtok; "
+            f"card method 2, recallbench {version or '?'})")
+
+
+def _runs_table(card: Mapping) -> list[str]:
+    rows = ["| N_f | L | seed | accuracy | guess | run | lr | steps |", "|---|---|---|---|---|---|---|---|"]
+    for r in card.get("runs") or []:
+        acc = "failed" if r.get("accuracy") is None else f"{r['accuracy']:.4f}"
+        rows.append(f"| {r['num_facts']} | {r['seq_len']} | {r['seed']} | {acc} | "
+                    f"{num(r.get('guess'))} | {r.get('kind', r.get('error', ''))} | "
+                    f"{num(r.get('lr'))} | {r.get('steps')} |")
+    return rows
+
+
+def render_markdown(card: Mapping, figure: str | None = None, version: str | None = None) -> str:
+    """card.md: the headline, the fit beside the law, every run, how to cite it."""
+    fit, law = card.get("fit") or {}, card.get("law") or {}
+    lines = [f"# Capacity card: {layer_name(card)}", "", f"**{headline(card)}**", "",
+             f"Status: **{card.get('status')}**" + (f" ({card['why']})" if card.get("why") else "")
+             + f"; the search stopped: {card.get('stopped', '–')}.", ""]
+    if figure:
+        lines += [f"![N50 card of {layer_name(card)}]({figure})", ""]
+    state = card.get("state_size")
+    lines += ["| quantity | value |", "|---|---|",
+              f"| state S (scalars) | {num(state) if state else 'grows with L'} |",
+              f"| N50 (half the queries above the guess) | {_value(card.get('n50'), (card.get('n50') or {}).get('bound'))} |",
+              f"| S_eff (linear reference with this N50) | {_value(card.get('s_eff'), (card.get('n50') or {}).get('bound'))} |",
+              f"| S_eff / S | {_value(card.get('ratio'), (card.get('n50') or {}).get('bound'))} |",
+              f"| N50 per kbit of state | {_value(card.get('n50_per_kbit'), (card.get('n50') or {}).get('bound'))} |",
+              f"| b·S / Fano minimum at N50 | {num(card.get('fano_ratio'))} |",
+              f"| fitted slope in ln N_f (the law's at N50) | {num(fit.get('slope'))} ({num(law.get('slope_at_n50'))}) |",
+              f"| run-to-run SD (probit) | {num(fit.get('tau'))} |",
+              f"| optimisation failures (fitted rate) | {num(fit.get('failure_rate'))} |",
+              f"| one-parameter law: S_eff, dispersion | {_value(law.get('s_eff'), None)}, {num(law.get('dispersion'))} |",
+              f"| training work | {num(card.get('work_mtok'))} of {num(card.get('work_budget_mtok'))} Mtok |",
+              f"| CPU time (this machine) | {num((card.get('cpu_s') or 0) / 60)} CPU-min |", ""]
+    lines += ["## Runs", ""] + _runs_table(card)
+    lines += ["", "Cite as:", "", f"> {cite(card, version)}", ""]
+    return "\n".join(lines)
+
+
+def draw(card: Mapping, path: str | Path, ax=None) -> Path | None:
+    """Every run's share above the guess against N_f, the fitted probit line, and N50 with
+    its interval; the title wraps instead of being cut."""
+    import textwrap
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from scipy import special
+
+    runs = [r for r in card.get("runs") or [] if r.get("accuracy") is not None]
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    colors = {"observed": "C0", "at the guess": "C3", "at the ceiling": "C2", "cut by the cap": "C1"}
+    for kind, color in colors.items():
+        xs = [r["num_facts"] for r in runs if r.get("kind") == kind]
+        ys = [(r["accuracy"] - r["guess"]) / (1 - r["guess"]) for r in runs if r.get("kind") == kind]
+        if xs:
+            ax.scatter(xs, ys, s=22, color=color, label=f"run: {kind}", zorder=3)
+    n50, fit = card.get("n50") or {}, card.get("fit") or {}
+    if n50.get("value") and fit.get("slope") and runs:
+        lo = min(r["num_facts"] for r in runs) / 1.5
+        hi = max(r["num_facts"] for r in runs) * 1.5
+        grid = np.geomspace(lo, hi, 100)
+        ax.plot(grid, special.ndtr(fit["slope"] * (math.log(n50["value"]) - np.log(grid))),
+                color="k", lw=1.2, label=f"fit: slope {fit['slope']:.2f}, run SD {fit['tau']:.2f}")
+        ci = n50.get("ci") or [None, None]
+        left = n50["value"] - (ci[0] or 0)
+        right = (ci[1] - n50["value"]) if ci[1] is not None else hi - n50["value"]
+        ax.errorbar([n50["value"]], [0.5], xerr=[[max(left, 0)], [max(right, 0)]], fmt="D",
+                    color="C4", ms=7, capsize=5, lw=2, zorder=4, label="N50, 95% interval")
+    ax.axhline(0.5, color="0.7", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_xlabel("facts N_f (L = 4·N_f)")
+    ax.set_ylabel("share of queries recalled above the guess")
+    ax.set_title("\n".join(textwrap.wrap(headline(card), 80)), fontsize=8)
+    ax.legend(fontsize=7, loc="lower left")
+    if not own:
+        return None
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

@@ -1,0 +1,172 @@
+"""Card method 2: the run-level N50 fit (law.runfit), the card it makes (law.run_card) and the
+search that places its batches (runs.card_search), on runs simulated from known truths."""
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import special
+
+from recallbench.api.canonical import config_hash
+from recallbench.law import run_card, run_card_render, runfit, theory
+from recallbench.runs import card_search
+
+BASE = {"task": {"name": "mqar", "vocab_size": 512},
+        "model": {"adapter": "linear-mamba", "d_model": 32, "d_state": 8},
+        "train": {"lr": [0.003, 0.01, 0.03], "max_steps": 2000, "max_steps_limit": 8000,
+                  "patience": 10, "batch_size": 32, "val_every": 50, "early_stop": 0.999,
+                  "val_size": 512, "test_size": 1024}}
+
+
+def draws(n50, slope, tau, fail, cells, reps, rng, units=1024):
+    """(num_facts, correct, total, units, guess) of runs from the module's model."""
+    out = []
+    for nf in cells:
+        for _ in range(reps):
+            q = special.ndtr(slope * (math.log(n50) - math.log(nf)) + tau * rng.normal())
+            q = 0.0 if rng.random() < fail else q
+            g = 1.0 / nf
+            total = units * nf
+            out.append((nf, int(rng.binomial(total, g + (1 - g) * q)), total, units, g))
+    return [np.array(c) for c in zip(*out)]
+
+
+def runner(n50, slope, tau, fail, seed=0):
+    """run_cell of the same model, making records as the harness does (three lr candidates
+    of 2,000 steps each: the training work)."""
+    rng = np.random.default_rng(seed)
+    calls = []
+
+    def run_cell(cfgs):
+        calls.append([(c["task"]["num_facts"], c["train"]["seed"]) for c in cfgs])
+        recs = []
+        for c in cfgs:
+            nf = c["task"]["num_facts"]
+            (_, k, n, _, _) = draws(n50, slope, tau, fail, [nf], 1, rng)
+            recs.append({"status": "ok", "correct": int(k[0]), "total": int(n[0]),
+                         "converged": True, "stop_reason": "plateau", "state_size": 512,
+                         "state_bits": 32, "steps": 2000, "seed": c["train"]["seed"],
+                         "config": c, "config_hash": config_hash(c), "cpu_s": 1.0,
+                         "wall_s": 1.0, "lr": 0.01,
+                         "lr_search": [{"lr": lr, "steps": 2000} for lr in (0.003, 0.01, 0.03)]})
+        return recs
+
+    run_cell.calls = calls
+    return run_cell
+
+
+def test_the_fit_recovers_a_known_truth_from_many_runs():
+    """40 runs a cell: N50, the slope and the run SD come back within a few of their
+    standard errors (N50's SE ≈ τ/(β·√n) on the log scale)."""
+    rng = np.random.default_rng(3)
+    f = runfit.fit_runs(*draws(20.0, 1.4, 0.3, 0.0, [10, 14, 20, 28, 40], 40, rng))
+    assert abs(math.log(f.n50 / 20.0)) < 4 * 0.3 / (1.4 * math.sqrt(200))
+    assert f.slope == pytest.approx(1.4, rel=0.15) and f.tau == pytest.approx(0.3, rel=0.2)
+    assert f.n50_ci[0] < 20.0 < f.n50_ci[1] and f.bracketed
+
+
+def test_failures_are_a_fitted_rate_not_scatter():
+    """A fifth of the runs left at the guess: the rate is fitted near 0.2 and N50 and the
+    run SD stay those of the runs that learned (a failure is not a very bad run)."""
+    rng = np.random.default_rng(5)
+    f = runfit.fit_runs(*draws(20.0, 1.3, 0.2, 0.2, [10, 14, 20, 28], 30, rng))
+    assert f.failure_rate == pytest.approx(0.2, abs=0.08)
+    assert f.tau < 0.3 and abs(math.log(f.n50 / 20.0)) < 0.1
+
+
+def test_few_runs_get_the_small_sample_threshold():
+    """The threshold is that of a line with unknown noise, n·ln(1 + F(1, n−3)/(n−3)) on the
+    uncensored runs: far above χ²₁ = 3.84 for a handful of runs, and infinite (no interval)
+    with three or fewer."""
+    from scipy import stats
+
+    rng = np.random.default_rng(1)
+    f = runfit.fit_runs(*draws(20.0, 1.3, 0.3, 0.0, [12, 20, 30], 2, rng))
+    n = f.n_observed
+    assert f.threshold == pytest.approx(n * math.log1p(stats.f.ppf(0.95, 1, n - 3) / (n - 3)))
+    assert f.threshold > stats.chi2.ppf(0.95, 1) * 1.5
+    f = runfit.fit_runs(*draws(20.0, 1.3, 0.3, 0.0, [14, 28], 1, rng))
+    assert math.isinf(f.threshold) and f.n50_ci == (0.0, math.inf)
+
+
+def test_censored_runs_are_kinds_not_numbers():
+    """At the guess, at the ceiling, cut by the cap, or observed, by the run's counts."""
+    kinds, _, _ = runfit.classify([1024, 20470, 8000, 6000], [10240, 20480, 10240, 10240],
+                                  [1024, 1024, 1024, 1024], [0.1, 0.05, 0.1, 0.1],
+                                  [False, False, True, False])
+    assert list(kinds) == [1, 2, 3, 0]
+
+
+def test_s_eff_is_anchored_where_the_reference_recalls_half():
+    """The linear reference at the anchored N_eff recalls half its queries (eq. 19) at N50,
+    checked through theory.recall_probability, not the inverse used to compute it."""
+    for n50, d in ((12.0, 32), (40.0, 32), (6.0, 16)):
+        n_eff = run_card.anchored_n_eff(n50, d, 512)
+        p = float(theory.recall_probability(512, n50, d, n_eff, theory.coefficient_a("linear", "mqar")))
+        assert p == pytest.approx(0.5, abs=1e-6)
+    assert math.isinf(run_card.anchored_n_eff(10.0, 8, 512))  # D ≤ s²: never reaches 1/2
+
+
+def test_the_search_measures_a_known_card_and_replays_it():
+    run_cell = runner(20.0, 1.3, 0.15, 0.0)
+    res = card_search.measure(BASE, run_cell=run_cell, say=lambda s: None)
+    card = res.card
+    assert card["status"] == "measured" and res.stopped == "measured"
+    lo, hi = card["n50"]["ci"]
+    assert hi / lo <= run_card.MAX_SPREAD and lo < 20.0 < hi
+    assert card["work_mtok"] <= card_search.DEFAULT_WORK_MTOK
+    again = card_search.replay(BASE, res.records, seeds=(0, 1))
+    assert json.dumps(again.card, sort_keys=True) == json.dumps(card, sort_keys=True)
+    # a repeated N_f trains new seeds; seeds 2,3 never meet seeds 0,1's runs
+    seen = [pair for batch in run_cell.calls for pair in batch]
+    assert len(seen) == len(set(seen))
+    assert not set(card_search.batch_seeds([0, 1], 3)) & set(card_search.batch_seeds([2, 3], 3))
+
+
+def test_the_work_budget_stops_the_search_before_a_batch_it_cannot_pay():
+    """A budget in tokens: nothing trains past it, and the card says why it stopped."""
+    res = card_search.measure(BASE, run_cell=runner(40.0, 1.6, 0.6, 0.05), work_budget=60,
+                              say=lambda s: None)
+    assert res.card["work_mtok"] <= 60 and res.card["status"] == "bound"
+    assert "work budget" in res.stopped or "fits the work budget" in res.stopped
+
+
+def test_a_card_that_never_recalls_says_so_within_the_protocol():
+    res = card_search.measure(BASE, run_cell=runner(0.5, 1.3, 0.0, 0.0), say=lambda s: None)
+    card = res.card
+    assert card["status"] == "no recall" and "within the protocol's training" in card["why"]
+    assert card["n50"]["bound"] == "upper"
+    assert "an upper bound" in run_card_render.headline(card)
+
+
+def test_a_bound_is_never_printed_as_a_measurement(tmp_path):
+    """A card still short of its rule prints its N50 as a bound with the reason, and the
+    figure and Markdown render; the title is wrapped, not cut."""
+    res = card_search.measure(BASE, run_cell=runner(30.0, 1.2, 0.6, 0.0), work_budget=40,
+                              say=lambda s: None)
+    card = res.card
+    assert card["status"] == "bound"
+    line = run_card_render.headline(card)
+    assert "BOUND" in line and card["why"][:20] in line
+    md = run_card_render.render_markdown(card, "card.png")
+    assert "Cite as" in md and "one-parameter law" in md
+    assert run_card_render.draw(card, tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_the_command_twice_on_its_store_trains_nothing_and_writes_the_same_card(cli, tmp_path):
+    """The designed model (nothing to train) through `capacity`: the second run of the same
+    command, with any wall-time limit, reads every run from the store and writes the same
+    card.json."""
+    args = ["capacity", "--adapter", "designed", "--d-model", "16", "--d-state", "4",
+            "--seeds", "0", "--workers", "1", "--set", "train.test_size=128",
+            "--work-budget", "5", "--out", str(tmp_path / "card")]
+    rc, out, err = cli(*args)
+    assert rc == 0, err
+    first = (tmp_path / "card" / "card.json").read_text()
+    lines = (tmp_path / "card" / "store" / "results.jsonl").read_text()
+    for extra in ([], ["--time-budget", "0.01"]):
+        rc, out, err = cli(*args, *extra)
+        assert rc == 0, err
+        assert "capacity: batch" not in out and "(from the store)" in out
+        assert (tmp_path / "card" / "store" / "results.jsonl").read_text() == lines
+        assert (tmp_path / "card" / "card.json").read_text() == first
