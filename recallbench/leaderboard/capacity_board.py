@@ -45,9 +45,10 @@ APART = ((BOUND, "Bounds (not ranked)"), (NO_RECALL, "No recall beyond guessing 
 RANKING_NOTE = (
     "Ranked per budget by **N_f* at p = 0.5 per kbit of state**: the number of facts at "
     "which the fitted law recalls half the queries, per 1,000 bits of state (b·S), with its "
-    "95% interval. Only measured cards are ranked; cards whose intervals overlap share a "
-    "rank (a card's rank is 1 + the number of cards whose interval lies entirely above "
-    "its own).")
+    "95% interval. Only measured cards are ranked. A card's rank is 1 + the number of "
+    "cards whose interval lies entirely above its own; two cards whose intervals overlap "
+    "can still differ in rank, when a third card's interval lies above one of them and not "
+    "the other.")
 HOW_TO_READ = (
     f"A card is **measured** when at least {MIN_MID} converged cells lie strictly between "
     f"the guess level and {CEILING}, on both sides of p = 0.5, and the S_eff interval spans "

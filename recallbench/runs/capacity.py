@@ -18,8 +18,9 @@ card still lacks:
 A cell at the ceiling with no finite fit doubles the largest N_f; a cell at the guess with
 nothing above it halves the smallest.  ``max_step`` R (``capacity --max-step``, a capacity
 suite's ``capacity.max_step``; none unless given) keeps each new N_f within R times the
-largest and 1/R times the smallest N_f measured.  A trained model's curve is shallower than
-the law's, so a fit on one cell near the ceiling can put the next far beyond it (on cpu-v3,
+largest and 1/R times the smallest N_f measured.  A trained model's curve falls faster in
+ln N_f than the law's, so the law fitted on one cell near the ceiling can put the next far
+beyond it (on cpu-v3,
 N_f = 24 at 0.94 placed the next at 163, and 9 placed 54: each needed more than the budget
 left, and the card stopped with one cell); on runs that follow the law exactly the limit
 neither saves nor costs much (tests/test_capacity.py).  N_f runs from :data:`MIN_FACTS` to V/2 − 1 (the keys
