@@ -170,3 +170,26 @@ def test_the_command_twice_on_its_store_trains_nothing_and_writes_the_same_card(
         assert "capacity: batch" not in out and "(from the store)" in out
         assert (tmp_path / "card" / "store" / "results.jsonl").read_text() == lines
         assert (tmp_path / "card" / "card.json").read_text() == first
+
+
+def test_the_example_delta_rule_recalls_a_value_by_its_key():
+    """examples/delta_rule.py through its forward: with orthogonal keys and β ≈ 1, the
+    sequence a, b, a (the key a written with the value b, then queried by a) returns b's
+    value read-out at the last step, and the layer holds S = d_k·d_v = 256 scalars."""
+    import torch
+
+    from examples.delta_rule import make_mixer, make_mixer_k4
+
+    d = 32
+    layer = make_mixer(d)
+    assert layer.key_dim * layer.value_dim == 256 == make_mixer_k4(d).key_dim * 64
+    with torch.no_grad():
+        eye = torch.eye(d)
+        layer.k.weight.copy_(eye[:32]), layer.q.weight.copy_(eye[:32])
+        layer.v.weight.copy_(eye[:8]), layer.out.weight.copy_(eye[:, :8])
+        layer.beta.weight.zero_(), layer.beta.bias.fill_(30.0)
+        a, b = eye[0], eye[1]
+        x = torch.stack([a, b, a]).unsqueeze(0)             # (1, 3, D)
+        y = layer(x)
+    assert y.shape == (1, 3, d)
+    assert torch.allclose(y[0, 2], layer.out(layer.v(b)), atol=1e-4)

@@ -139,6 +139,10 @@ def draw(card: Mapping, path: str | Path, ax=None) -> Path | None:
                     color="C4", ms=7, capsize=5, lw=2, zorder=4, label="N50, 95% interval")
     ax.axhline(0.5, color="0.7", lw=0.8, ls=":")
     ax.set_xscale("log")
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_ylim(-0.05, 1.05)
     ax.set_xlabel("facts N_f (L = 4·N_f)")
     ax.set_ylabel("share of queries recalled above the guess")
