@@ -49,11 +49,12 @@ from recallbench.harness.lr_candidates import announce, candidates, choose, entr
 from recallbench.harness.single import extend, train_one
 
 def run_search(cfg: RunConfig, device: torch.device, show: bool,
-               batched: bool | None = None, weights=None) -> dict[str, Any]:
+               batched: bool | None = None, weights=None, report=None) -> dict[str, Any]:
     """Train every candidate of ``cfg``'s lr list and test the best.  ``batched``: True
     trains them as one ensemble (EnsembleError if the adapter does not vmap), False one by
     one, None batched where the adapter vmaps and the memory allows.  ``weights``: save the
-    chosen model's ``state_dict`` there (one by one only)."""
+    chosen model's ``state_dict`` there (one by one only).  ``report``: told of each
+    candidate's start, its steps and the extension (:mod:`recallbench.runs.progress`)."""
     from recallbench.harness.ensemble import EnsembleError, run_ensemble
     from recallbench.harness.module import DivergedError
 
@@ -64,6 +65,8 @@ def run_search(cfg: RunConfig, device: torch.device, show: bool,
     elif batched is None:
         batched = fits_batched(cfg, device, len(cands))
     if batched is not False:
+        if report is not None:
+            report.batched([c.train.lr for c in cands], cfg.train.max_steps)
         try:
             rec = run_ensemble([cfg], progress=False, announce=show)[0]
         except EnsembleError:
@@ -73,11 +76,11 @@ def run_search(cfg: RunConfig, device: torch.device, show: bool,
             if rec["status"] != "ok":
                 raise DivergedError(rec["error"])
             return rec
-    return _sequential(cfg, cands, device, show, weights)
+    return _sequential(cfg, cands, device, show, weights, report)
 
 
 def _sequential(cfg: RunConfig, cands: list[RunConfig], device: torch.device, show: bool,
-                weights=None) -> dict[str, Any]:
+                weights=None, report=None) -> dict[str, Any]:
     """The candidates one after another; the best so far is kept, the others dropped; with
     ``max_steps_limit``, compared at ``max_steps`` and only the chosen one extended."""
     from recallbench.harness.module import DivergedError
@@ -88,8 +91,10 @@ def _sequential(cfg: RunConfig, cands: list[RunConfig], device: torch.device, sh
         cands = [_with_limit(c, None) for c in cands]
     entries, best, train_s = [], None, 0.0
     for i, c in enumerate(cands):
+        if report is not None:
+            report.candidate(i, len(cands), c.train.lr, c.train.max_steps, limit)
         try:  # the best so far keeps its checkpoint; the others are dropped with theirs
-            t = train_one(c, device, False, checkpoint=extending)
+            t = train_one(c, device, False, checkpoint=extending, report=report)
         except DivergedError as exc:
             entries.append(entry(c.train.lr, None, 0, False, reason(exc)))
         else:
@@ -105,7 +110,7 @@ def _sequential(cfg: RunConfig, cands: list[RunConfig], device: torch.device, sh
     if extending and not best.convergence()["converged"]:
         i = choose(entries)
         try:  # from its checkpoint at the cap, the cap doubling while it improves
-            t = extend(best, limit, device)
+            t = extend(best, limit, device, report=report)
         except DivergedError:
             pass  # diverged past the cap: the capped run stands
         else:

@@ -73,7 +73,8 @@ VAL_BATCH = 512
 class RecallModule(LightningModule):
     def __init__(self, model: RecallModel, train: TrainConfig, guess: float | None = None,
                  val_set: tuple[torch.Tensor, torch.Tensor] | None = None,
-                 val_draw: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None):
+                 val_draw: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None,
+                 report=None):
         super().__init__()
         self.model = model
         self.train_cfg = train
@@ -92,6 +93,9 @@ class RecallModule(LightningModule):
         self.step_offset = 0  # steps done before this Trainer (a continued run)
         self._resume_state: tuple[dict, dict] | None = None  # (optimizer, scheduler) to load
         self._shown = True  # whether a progress bar shows the logged values (on_fit_start)
+        # told after every step (``after_step``: a clock check, it writes every few seconds)
+        self.report = report  # a recallbench.runs.progress.RunReport, or None
+        self.last_val: float | None = None  # the latest validation accuracy
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B, L, V)
         return self.model(tokens)
@@ -130,6 +134,8 @@ class RecallModule(LightningModule):
             acc = self.validate(step)
             if self._shown:
                 self.log("val_accuracy", acc, prog_bar=True, logger=False)
+        if self.report is not None:
+            self.report.after_step(step, self.cap, self.last_val)
 
     def validates_after(self, step: int) -> bool:
         """Whether the run validates once ``step`` optimizer steps are done (the cap aside)."""
@@ -168,7 +174,7 @@ class RecallModule(LightningModule):
         plateau, or at a cap it does not extend.  Returns the accuracy."""
         correct, total = self._val_counts()
         acc = correct / max(total, 1)
-        self.last_val_step = step
+        self.last_val_step, self.last_val = step, acc
         if acc > self.best_val:
             self.best_val, self.best_step = acc, step
             self.best_state = copy.deepcopy(self.model.state_dict())

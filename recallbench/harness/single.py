@@ -140,9 +140,12 @@ class Trained:
 
 
 def run_one(cfg: RunConfig, device: torch.device, show: bool,
-            weights: str | Path | None = None) -> dict[str, Any]:
-    """Train one learning rate and test: the record without ``wall_s`` and ``threads``."""
-    trained = train_one(cfg, device, show)
+            weights: str | Path | None = None, report=None) -> dict[str, Any]:
+    """Train one learning rate and test: the record without ``wall_s`` and ``threads``.
+    ``report``: told of its start and steps (:mod:`recallbench.runs.progress`)."""
+    if report is not None:
+        report.candidate(0, 1, cfg.train.lr, cfg.train.max_steps, cfg.train.max_steps_limit)
+    trained = train_one(cfg, device, show, report=report)
     if weights is not None:
         trained.save_weights(weights)
     return trained.record(device)
@@ -187,10 +190,10 @@ def _set_rng_state(state: dict[str, torch.Tensor], device: torch.device) -> None
 
 
 def train_one(cfg: RunConfig, device: torch.device, show: bool,
-              checkpoint: bool = False) -> Trained:
+              checkpoint: bool = False, report=None) -> Trained:
     """Train one learning rate; the best-validation weights are restored, the test set
     is not touched.  ``checkpoint``: keep the run's :class:`Checkpoint` if it stopped at
-    its cap (for :func:`extend`)."""
+    its cap (for :func:`extend`).  ``report``: told of every step (the module's hook)."""
     from recallbench.harness.module import RecallModule
 
     tc = cfg.train
@@ -199,7 +202,7 @@ def train_one(cfg: RunConfig, device: torch.device, show: bool,
     dm.setup()
     draw = FreshSets(cfg.task, tc.val_size, tc.seed) if fresh_validation(tc.recipe) else None
     module = RecallModule(model, tc, guess=guess_of(cfg.task), val_set=dm.val_set,
-                          val_draw=draw)
+                          val_draw=draw, report=report)
     train_s = 0.0
     steps = 0
     kept = None
@@ -209,7 +212,10 @@ def train_one(cfg: RunConfig, device: torch.device, show: bool,
                            tc.grad_clip)
         stream = TrainStream(cfg.task, tc.batch_size, tc.seed)
         loader = torch.utils.data.DataLoader(stream, batch_size=None)
-        steps, train_s = _fit(trainer, module, loader)
+        try:
+            steps, train_s = _fit(trainer, module, loader)
+        finally:
+            module.report = None
         if checkpoint and steps == module.cap:
             kept = Checkpoint(steps, copy.deepcopy(model.state_dict()),
                               copy.deepcopy(trainer.optimizers[0].state_dict()),
@@ -219,13 +225,14 @@ def train_one(cfg: RunConfig, device: torch.device, show: bool,
     return Trained(cfg, adapter, model, module, dm.test_set, steps, train_s, kept)
 
 
-def extend(t: Trained, limit: int, device: torch.device) -> Trained:
+def extend(t: Trained, limit: int, device: torch.device, report=None) -> Trained:
     """Continue ``t``, stopped at its cap with its checkpoint, under ``max_steps_limit``
     ``limit``: the cap doubles while it improves, as if ``t`` had had the limit from the
     start.  Its module and model go on (``t`` is spent); the Trained returned has the
     limit's config, all its steps and all its training time.  When the run does not go on
     (converged, or the limit is not above the cap) it is ``t`` under the limit's config.
-    DivergedError if it diverges past the cap; ``t`` is then as it was."""
+    DivergedError if it diverges past the cap; ``t`` is then as it was.  ``report``: told
+    that it goes on, and of every step."""
     cfg = dataclasses.replace(t.cfg, train=dataclasses.replace(t.cfg.train,
                                                                 max_steps_limit=limit))
     module, ck = t.module, t.checkpoint
@@ -240,6 +247,9 @@ def extend(t: Trained, limit: int, device: torch.device) -> Trained:
     t.model.train()  # as it trained (scoring it left it in eval mode)
     module.resume(cfg.train, ck.steps, ck.optimizer, ck.scheduler)
     _set_rng_state(ck.rng, device)
+    if report is not None:
+        report.extending(cfg.train.lr, ck.steps, min(2 * ck.steps, limit))  # its next cap
+    module.report = report
     tc = cfg.train
     loader = torch.utils.data.DataLoader(
         TrainStream(cfg.task, tc.batch_size, tc.seed, resume_from=ck.data), batch_size=None)
@@ -252,5 +262,7 @@ def extend(t: Trained, limit: int, device: torch.device) -> Trained:
         module.limit = t.cfg.train.max_steps_limit
         module.restore_best()
         raise
+    finally:
+        module.report = None
     module.restore_best()
     return Trained(cfg, t.adapter, t.model, module, t.test_set, steps, t.train_s + train_s)

@@ -32,12 +32,14 @@ from recallbench.harness.single import run_one
 
 
 def run(config: RunConfig | Mapping[str, Any] | None = None, progress: bool | None = None,
-        weights: str | Path | None = None) -> dict[str, Any]:
+        weights: str | Path | None = None, report=None) -> dict[str, Any]:
     """Train and test one configuration; returns the result record (a dict).
 
     ``weights``: also save the tested model's ``state_dict`` there (``torch.save``), so that
     ``recallbench probe`` can read the trained model without retraining.  A learning-rate
-    search then trains its candidates one by one (the batched ensemble keeps no model)."""
+    search then trains its candidates one by one (the batched ensemble keeps no model).
+    ``report``: told of each candidate and step (a
+    :class:`recallbench.runs.progress.RunReport`; None: nothing is reported)."""
     cfg = config if isinstance(config, RunConfig) else resolve(config)
     adapter_cls = ADAPTERS.require(cfg.model.adapter)
     device = pick_device(cfg.train.device)
@@ -53,10 +55,23 @@ def run(config: RunConfig | Mapping[str, Any] | None = None, progress: bool | No
             from recallbench.harness.lr_search import run_search
 
             record = run_search(cfg, device, show, batched=False if weights else None,
-                                weights=weights)
+                                weights=weights, report=report)
         else:
-            record = run_one(cfg, device, show, weights)
+            record = run_one(cfg, device, show, weights, report=report)
     record["wall_s"] = round(time.perf_counter() - start, 3)
     record["cpu_s"] = round(time.process_time() - cpu_start, 3)  # every thread of this process
     record["threads"] = threads if device.type == "cpu" else None
     return record
+
+
+class Reported:
+    """:func:`run` with a progress report made for each run: ``reports(cfg)`` (a picklable
+    maker, :mod:`recallbench.runs.progress`), as the ``runner`` of
+    :func:`recallbench.runs.worker.run_configs`; defined here so that a worker process,
+    which preloads its runner's module, preloads this one as it does without a report."""
+
+    def __init__(self, reports):
+        self.reports = reports
+
+    def __call__(self, cfg: RunConfig, progress: bool | None = None) -> dict[str, Any]:
+        return run(cfg, progress, report=self.reports(cfg))

@@ -296,12 +296,14 @@ def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float
 
 
 @contextlib.contextmanager
-def trained(store, workers: int = 1):
+def trained(store, workers: int = 1, say: Callable[[str], None] | None = None):
     """``(done, run_cell)`` for a search that trains for real: ``done`` the ok records of
     ``store`` by config hash (reused on a rerun), ``run_cell(configs) -> records`` trains
     them on ``workers`` processes (in this process when 1), appending each record to
-    ``store`` as it finishes."""
+    ``store`` as it finishes.  ``say``: while a batch trains, a line per run at least every
+    30 s and at each learning-rate candidate's start (:mod:`recallbench.runs.progress`)."""
     from recallbench.runs.executors import make_executor
+    from recallbench.runs.progress import Watch
     from recallbench.runs.store import Store
 
     store = Store(store)
@@ -309,21 +311,27 @@ def trained(store, workers: int = 1):
             if r.get("status") == "ok"} if store.path.is_dir() else {}
     executor = make_executor("processes" if workers > 1 else "inprocess", workers=workers,
                              threads=1 if workers > 1 else None)
+    watch = None
     try:
+        watch = Watch(executor, say)
         with store.open() as sink:
             def run_cell(cfgs: list[dict]) -> list[dict]:
                 got: list[dict] = []
-                for _, result in executor.run([[c] for c in cfgs]):
-                    if isinstance(result, BaseException):
-                        raise result
-                    for rec in result:
-                        sink.append(rec)
-                        got.append(rec)
+                with watch.batch(cfgs) as batch:
+                    for i, result in executor.run([[c] for c in cfgs]):
+                        if isinstance(result, BaseException):
+                            raise result
+                        batch.finished(i)
+                        for rec in result:
+                            sink.append(rec)
+                            got.append(rec)
                 return got
 
             yield done, run_cell
     finally:
         executor.close()
+        if watch is not None:
+            watch.close()
 
 
 @dataclasses.dataclass
