@@ -62,11 +62,11 @@ def test_the_cli_path_reads_what_load_records_reads(tmp_path):
     def rec(seed, facts, status="ok", correct=5):
         cfg = resolve({"task": {**TASK, "num_facts": facts},
                        "model": {"adapter": "designed", "d_model": 8, "d_state": 2},
-                       "train": {"max_steps": 0, "seed": seed}}).to_dict()
+                       "train": {"max_steps": 0, "seed": seed, "test_size": 8}}).to_dict()
         out = {"schema": "recallbench.result/1", "status": status, "config_hash": config_hash(cfg),
                "seed": seed, "config": cfg, "state_size": 32, "steps": 3}
-        if status == "ok":
-            out.update(correct=correct, total=16, accuracy=correct / 16)
+        if status == "ok":  # a run's total: test_size x the N_f queries of each sequence
+            out.update(correct=correct, total=8 * facts, accuracy=correct / (8 * facts))
         else:
             out["error"] = "boom"
         return out
