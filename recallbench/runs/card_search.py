@@ -263,5 +263,5 @@ def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, workers: int = 
     """:func:`measure` with real training into ``store`` (``capacity.trained``)."""
     from recallbench.runs.capacity import trained
 
-    with trained(store, workers) as (done, run_cell):
+    with trained(store, workers, say=say) as (done, run_cell):
         return measure(base, seeds=seeds, run_cell=run_cell, done=done, say=say, **kwargs)
