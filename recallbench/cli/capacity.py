@@ -43,8 +43,10 @@ def _state_size(text: str) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = ("exit status: 0 a card was written (measured, a bound or no recall: see its "
-                "status); 2 a bad flag or config (nothing was trained); 130 interrupted (the "
-                "store keeps every finished run: rerun the same command to resume)")
+                "status); 1 every run of a cell failed (no card; one line says why); 2 a bad "
+                "flag or config, or a work budget below the first batch (nothing trained); 3 the "
+                "time budget ran out (method 2: unfinished) or, before any run finished, no card; "
+                "130 interrupted (the store keeps every finished run: rerun the command to resume)")
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--adapter", help="a built-in or entry-point adapter (`recallbench list "
                                        "adapters`)")
@@ -339,41 +341,41 @@ def command(args) -> int:
         check_writable(out / name)
     if getattr(args, "method", 1) == 2:
         return _measure_v2(args, base, seeds, store, workers, out)
+    from recallbench.law.card_render import headline
     from recallbench.runs import capacity
 
-    cpu = args.cpu_budget is not None
+    cpu = args.cpu_budget is not None  # a budget spent mid-cell stops it (cut)
     result = capacity.run(base, seeds=seeds, store=store,
                           budget_s=(args.cpu_budget if cpu else args.time_budget) * 60,
-                          max_cells=args.max_cells, workers=workers, cpu=cpu,
+                          max_cells=args.max_cells, workers=workers, cpu=cpu, cut=True,
                           max_step=args.max_step or None, fit_budget=args.fit_budget)
-    written = write_card(result.card, out)
-    from recallbench.law.card_render import headline
-
-    print(headline(result.card))
-    print(f"card written to {written['markdown']} (and card.json, card.png)")
-    return 0
+    return _ending(result, out, store, headline)
 
 
 def _measure_v2(args, base, seeds, store, workers, out) -> int:
-    """Method 2's search (``runs.card_search``) and its card; exit 3 when the wall-time
-    limit left it unfinished."""
+    """Method 2's search (``runs.card_search``) and its card (:func:`_ending`)."""
     from recallbench.law.run_card_render import cite, headline
     from recallbench.runs import card_search
-    from recallbench.runs.budget import EXIT_BUDGET
 
     result = card_search.run(base, seeds=seeds, store=store, workers=workers,
                              work_budget=args.work_budget, max_batches=args.max_cells,
                              max_step=args.max_step or None,
-                             time_limit_s=None if args.time_budget is None
-                             else args.time_budget * 60)
-    written = write_card(result.card, out)
-    print(headline(result.card))
-    print(cite(result.card, _version()))
-    print(f"card written to {written['markdown']} (and card.json, card.png)")
-    if not result.finished:
-        print(f"unfinished ({result.stopped}): the same command continues from {store}")
-        return EXIT_BUDGET
-    return 0
+                             time_limit_s=args.time_budget and args.time_budget * 60)
+    return _ending(result, out, store, lambda card: f"{headline(card)}\n{cite(card, _version())}")
+
+
+def _ending(result, out, store, lines) -> int:
+    """The card written and ``lines(card)`` printed, or no card (``runs.budget.card_ending``:
+    every run of a cell failed, exit 1; no run finished in the budget, exit 3); the status."""
+    from recallbench.runs.budget import card_ending
+
+    status, last, card = card_ending(result, store)
+    if card:
+        written = write_card(result.card, out)["markdown"]
+        print(f"{lines(result.card)}\ncard written to {written} (and card.json, card.png)")
+    if last:
+        print(last, file=sys.stderr if status == 1 else sys.stdout)
+    return status
 
 
 def _version() -> str:

@@ -36,9 +36,13 @@ def _value(entry: Mapping | None, bound: str | None) -> str:
 
 
 def headline(card: Mapping) -> str:
-    """One line: the layer, its state, and what the card says of it."""
-    name, status = layer_name(card), card.get("status")
-    n50 = card.get("n50") or {}
+    """One line: the layer, its state (the card's, else the one a factory was given), and
+    what the card says of it."""
+    state = card.get("state_size") or ((card.get("model") or {}).get("options") or {}).get(
+        "state_size")
+    shown = (f"{state:.0f}" if float(state).is_integer() else num(state)) if state else None
+    name = f"{layer_name(card)}, S = {shown or 'grows with L'}"
+    status, n50 = card.get("status"), card.get("n50") or {}
     if status == "no recall":
         return f"{name}: {card.get('why')}; N50 {_value(n50, 'upper')}"
     if not n50:
@@ -48,8 +52,8 @@ def headline(card: Mapping) -> str:
     ratio = card.get("ratio")
     if ratio:
         text += f", S_eff/S {_value(ratio, bound)}"
-    elif card.get("state_size") is None:
-        text += " (a state that grows with L: no S_eff/S)"
+    elif not state:
+        text += " (no S_eff/S)"
     if status != "measured":
         text += f" — BOUND: {card.get('why')}"
     return text

@@ -10,11 +10,18 @@ time left holds the longest an item has taken so far; the first item always star
 
 :func:`estimate` is the other half: how many such calls a grid's pending points need,
 from their steps and a per-step time the caller measured (an estimate, printed as one).
+
+A gate only decides which items start.  A run already training is stopped by its
+:func:`deadline` (a :class:`Limit` of wall time or of its process's CPU time; a capacity
+search's cells, :func:`limited`): it raises :class:`BudgetSpent` in the run, which is
+then not recorded, so a rerun trains it again.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import threading
 import time
 from typing import Callable, Hashable, Sequence
 
@@ -142,3 +149,154 @@ def estimate(cfgs: Sequence, step_ms: float, speedup: float = 1.0,
     steps = sum(point_steps(c) for c in cfgs)
     seconds = steps * step_ms / 1000.0 / speedup
     return Estimate(len(cfgs), steps, seconds, chunk_s, math.ceil(seconds / chunk_s))
+
+
+# -- stopping a run in progress ----------------------------------------------------------
+
+class BudgetSpent(BaseException):
+    """A run stopped by its :func:`deadline`.  A BaseException, as KeyboardInterrupt is: no
+    ``except Exception`` on its way (a worker's failed record, a layer's own handler) takes
+    it for the run's failure."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Limit:
+    """What a run may spend: wall time until ``wall_until`` (``time.time()``, the same in
+    every process), and ``cpu_s`` seconds of its process's CPU time from its start."""
+
+    wall_until: float | None = None
+    cpu_s: float | None = None
+
+
+def _raise_in(thread_id: int, exc) -> None:
+    """Raise ``exc`` (a class) in the thread ``thread_id`` at its next Python instruction;
+    None drops one sent and not yet raised."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
+                                               None if exc is None else ctypes.py_object(exc))
+
+
+@contextlib.contextmanager
+def deadline(limit: Limit | None, poll_s: float = 0.05):
+    """Raise :class:`BudgetSpent` in this thread once ``limit`` is spent (None: no limit).
+
+    A daemon thread looks at the clocks every ``poll_s`` seconds (CPU time: this
+    process's, every thread's, as a record's ``cpu_s``); the exception comes at the
+    running thread's next Python instruction, so a layer's forward that sleeps or a torch
+    op ends first.  Any thread can be stopped this way, a worker's main thread or this
+    one, and no signal handler is taken from anyone."""
+    if limit is None or (limit.wall_until is None and limit.cpu_s is None):
+        yield
+        return
+    cpu_until = None if limit.cpu_s is None else time.process_time() + limit.cpu_s
+
+    def spent() -> bool:
+        return ((limit.wall_until is not None and time.time() >= limit.wall_until)
+                or (cpu_until is not None and time.process_time() >= cpu_until))
+
+    if spent():
+        raise BudgetSpent("the budget was spent before the run started")
+    target, done, lock = threading.get_ident(), threading.Event(), threading.Lock()
+
+    def watch() -> None:
+        while not done.wait(poll_s):
+            if spent():
+                with lock:
+                    if not done.is_set():
+                        _raise_in(target, BudgetSpent)
+                return
+
+    watcher = threading.Thread(target=watch, name="recallbench-deadline", daemon=True)
+    watcher.start()
+    try:
+        yield
+    except BudgetSpent as exc:
+        if exc.args:
+            raise
+        raise BudgetSpent("the budget ran out while the run trained") from None
+    finally:
+        with lock:
+            done.set()
+            _raise_in(target, None)
+        watcher.join()
+
+
+class LimitedRun:
+    """``runner(cfg, progress)`` (default :func:`recallbench.harness.train.run`) under the
+    :func:`deadline` of ``limit``: the runner of
+    :func:`recallbench.runs.worker.run_configs`, picklable for a worker process."""
+
+    preload = ("recallbench.harness.train",)  # what a worker imports before it is ready
+
+    def __init__(self, limit: Limit, runner: Callable | None = None):
+        self.limit, self.runner = limit, runner
+
+    def __call__(self, cfg, progress: bool | None = None):
+        runner = self.runner
+        if runner is None:
+            from recallbench.harness.train import run as runner
+        with deadline(self.limit):
+            return runner(cfg, progress=progress)
+
+
+@contextlib.contextmanager
+def limited(executor, limit: Limit | None):
+    """While inside: ``executor`` (``inprocess`` or ``processes``) runs each point under
+    ``limit``, its runner wrapped in a :class:`LimitedRun`; a point stopped comes back as
+    :class:`BudgetSpent` (raised in this process, or a worker's result)."""
+    if limit is None:
+        yield
+        return
+    before = executor.runner
+    executor.runner = LimitedRun(limit, before)
+    try:
+        yield
+    finally:
+        executor.runner = before
+
+
+def fitting_facts(num_facts: int, rate: float, left: float, measured) -> int | None:
+    """The N_f to measure instead of ``num_facts`` when its cell would not fit in ``left``
+    seconds at ``rate`` seconds per token of L: the largest N_f below it whose cell fits
+    (rate·4·N_f ≤ left), if that is still beyond every N_f ``measured``; else None (a next
+    cell at or below those measured, or no rate yet).
+
+    >>> fitting_facts(163, rate=305 / 36, left=1500, measured=[9])  # 4·N_f·rate ≤ 1500 s
+    44
+    >>> fitting_facts(12, rate=10.0, left=100, measured=[9, 15]) is None  # not beyond them
+    True
+    """
+    if rate <= 0 or not measured or num_facts <= max(measured):
+        return None
+    fit = min(int(num_facts) - 1, math.floor(left / (4 * rate)))
+    return fit if fit > max(measured) else None
+
+
+def cell_limit(left: float, runs: int, cpu: bool) -> Limit:
+    """What each of a cell's ``runs`` may spend of the ``left`` seconds of a card's budget:
+    a wall deadline, or an equal share of the CPU seconds (runs in parallel add theirs up)."""
+    return Limit(cpu_s=max(left, 0.0) / runs) if cpu else Limit(wall_until=time.time() + left)
+
+
+def card_ending(result, store) -> tuple[int, str | None, bool]:
+    """How ``recallbench capacity`` ends a search's ``result`` (either method's): its exit
+    status, a last line (or None), and whether its card is written.
+
+    * every run of a cell failed (``result.failed``): 1, the reason, and no card: a card of
+      runs that never ran would read as a bound;
+    * stopped by a time or CPU budget before any run finished: :data:`EXIT_BUDGET`, no card;
+    * method 2 stopped by its wall-time limit (``result.finished`` False): EXIT_BUDGET, and
+      the card so far; the same command continues;
+    * else 0 and the card."""
+    if getattr(result, "failed", False):
+        return 1, (f"recallbench: error: {result.stopped}; no card written (the store "
+                   f"{store} keeps the runs: fix the model, then rerun the same command)"), False
+    if not result.records:
+        line = (f"no card: the budget ran out ({result.stopped.split(':')[0]}) before any run "
+                f"finished; give a larger one (the same command continues from {store})")
+        return EXIT_BUDGET, line, False
+    if not getattr(result, "finished", True):
+        return EXIT_BUDGET, (f"unfinished ({result.stopped}): the same command continues "
+                             f"from {store}"), True
+    return 0, None, True

@@ -18,26 +18,28 @@ card still lacks:
 A cell at the ceiling with no finite fit doubles the largest N_f; a cell at the guess with
 nothing above it halves the smallest.  ``max_step`` R (``capacity --max-step``, a capacity
 suite's ``capacity.max_step``; none unless given) keeps each new N_f within R times the
-largest and 1/R times the smallest N_f measured.  A trained model's curve falls faster in
-ln N_f than the law's, so the law fitted on one cell near the ceiling can put the next far
-beyond it (on cpu-v3,
-N_f = 24 at 0.94 placed the next at 163, and 9 placed 54: each needed more than the budget
-left, and the card stopped with one cell); on runs that follow the law exactly the limit
-neither saves nor costs much (tests/test_capacity.py).  N_f runs from :data:`MIN_FACTS` to V/2 − 1 (the keys
-of V).  It stops when the card is measured (``law.card.criteria``), when the next N_f was
-measured already or leaves that range, after ``max_cells`` cells, or when the time left
-cannot hold the next cell (its predicted time: the new L times the highest time per token
-of L among the cells trained so far; a cell's cost grows faster than its L, since a larger
-N_f also takes more steps, so the highest rate errs long for a longer cell and is about
-right for a shorter one).  With ``fit_budget`` (``capacity``'s default, a capacity suite's
-``capacity.fit_budget``; cpu-v3 searched without it) a next cell beyond every N_f measured
-that does not fit becomes the largest N_f that does, if that is still beyond them
+largest and 1/R times the smallest N_f measured.  A trained model's curve falls faster in ln
+N_f than the law's, so the law fitted on one cell near the ceiling can put the next far
+beyond it (on cpu-v3, N_f = 24 at 0.94 placed the next at 163, and 9 placed 54: each needed
+more than the budget left, and the card stopped with one cell); on runs that follow the law
+exactly the limit neither saves nor costs much (tests/test_capacity.py).  N_f runs from
+:data:`MIN_FACTS` to V/2 − 1 (the keys of V).  It stops when the card is measured
+(``law.card.criteria``), when the next N_f was measured already or leaves that range, after
+``max_cells`` cells, or when the time left cannot hold the next cell (its predicted time:
+the new L times the highest time per token of L among the cells trained so far; a cell's
+cost grows faster than its L, since a larger N_f also takes more steps, so the highest rate
+errs long for a longer cell and is about right for a shorter one), or when every run of a
+cell failed; with ``cut`` (``capacity``) also when the budget runs out while a cell trains
+(its runs stopped, not stored).  With ``fit_budget`` (``capacity``'s default, a capacity
+suite's ``capacity.fit_budget``; cpu-v3 searched without it) a next cell beyond every N_f
+measured that does not fit becomes the largest N_f that does, if that is still beyond them
 (:func:`fitting_facts`): on cpu-v3 three cards stopped after one cell with 23-25 of their 30
-CPU-minutes left, because the cell placed next would have needed more.  Every record goes
-to the store as it finishes, so a rerun with the same store resumes without training again.
+CPU-minutes left, because the cell placed next would have needed more.  Every record goes to
+the store as it finishes, so a rerun with the same store resumes without training again.
 """
 from __future__ import annotations
 
+import bisect
 import contextlib
 import copy
 import dataclasses
@@ -51,11 +53,13 @@ from recallbench.api.canonical import config_hash
 from recallbench.api.config import resolve
 from recallbench.law import card as cards
 from recallbench.law import theory
+from recallbench.runs.budget import BudgetSpent, cell_limit, fitting_facts
 
 MIN_FACTS = 2  # at N_f = 1 the guess level is 1: nothing to measure
 TARGETS = (0.6, 0.4, 0.8, 0.2)
 SPACING = 0.1  # a new target at least this far from every cell already between the ends
 MAX_CELLS = 12
+FLAT, SCAN = 1e-12, 4096  # :func:`nearest_facts`: one flat stretch; the most N_f compared
 #: the allowed ``max_step`` R (``capacity --max-step``, a suite's ``capacity.max_step``)
 MAX_STEP_RANGE = (1.5, 100.0)
 #: the protocol every card trains with (``capacity --set`` changes it; the card records it;
@@ -122,11 +126,9 @@ def next_facts(card: Mapping, d_model: int, n_eff0: float, vocab: int,
             accs = [c["accuracy"] for c in mid]
             target = next((t for t in TARGETS if min(abs(t - a) for a in accs) >= SPACING),
                           max(TARGETS, key=lambda t: min(abs(t - a) for a in accs)))
-        grid = np.arange(MIN_FACTS, max(top, MIN_FACTS) + 1)
-        p = predicted(grid, d_model, n_eff if n_eff and n_eff > 0 else n_eff0, vocab, share)
-        order = np.argsort(np.abs(p - target), kind="stable")
-        free = [int(grid[i]) for i in order if int(grid[i]) not in done]
-        nf, why = (free[0], f"aiming at p = {target}") if free else (None, "")
+        nf = nearest_facts(d_model, n_eff if n_eff and n_eff > 0 else n_eff0, vocab, target,
+                           share, done)
+        why = f"aiming at p = {target}" if nf is not None else ""
     if max_step and nf is not None and done:
         hi, lo = math.floor(max_step * max(done)), math.ceil(min(done) / max_step)
         if nf > hi or nf < lo:
@@ -141,28 +143,12 @@ def next_facts(card: Mapping, d_model: int, n_eff0: float, vocab: int,
     return nf, why
 
 
-def fitting_facts(num_facts: int, rate: float, left: float, measured) -> int | None:
-    """The N_f to measure instead of ``num_facts`` when its cell would not fit in ``left``
-    seconds at ``rate`` seconds per token of L: the largest N_f below it whose cell fits
-    (rate·4·N_f ≤ left), if that is still beyond every N_f ``measured``; else None (a next
-    cell at or below those measured, or no rate yet).
-
-    >>> fitting_facts(163, rate=305 / 36, left=1500, measured=[9])  # 4·N_f·rate ≤ 1500 s
-    44
-    >>> fitting_facts(12, rate=10.0, left=100, measured=[9, 15]) is None  # not beyond them
-    True
-    """
-    if rate <= 0 or not measured or num_facts <= max(measured):
-        return None
-    fit = min(int(num_facts) - 1, math.floor(left / (4 * rate)))
-    return fit if fit > max(measured) else None
-
-
 @dataclasses.dataclass
 class Result:
     card: dict
     stopped: str
     records: list[dict]
+    failed: bool = False  # stopped because every run of a cell failed (``stopped`` says why)
 
 
 def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s: float = 3600.0,
@@ -170,7 +156,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
             max_cells: int = MAX_CELLS, delta: float = 0.01,
             say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic,
             cpu: bool = False, max_step: float | None = None,
-            fit_budget: bool = False) -> Result:
+            fit_budget: bool = False, cut: bool = False) -> Result:
     """Run the search (module doc).  ``run_cell(configs) -> records`` trains one cell's
     seeds (the caller stores them); ``done``: records already in the store, by config hash,
     reused instead of trained.  ``run_cell=None`` replays the search over ``done`` alone
@@ -178,7 +164,9 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
     ``cpu_s``, those reused from the store included), not wall time: the same card on a
     shared or a faster machine stops at the same cell.  ``fit_budget``: a next cell beyond
     those measured that would not fit in the budget left becomes the largest that does
-    (:func:`fitting_facts`) instead of stopping the search."""
+    (:func:`fitting_facts`) instead of stopping the search.  ``cut`` (``capacity``; not a
+    suite's, whose store must replay to its stop): ``run_cell(configs, limit)`` stops runs
+    still training when the budget is spent (:func:`cell_limit`), unstored, and the search."""
     d = int(base["model"]["d_model"])
     vocab = int(base["task"]["vocab_size"])
     n_eff0 = n_eff_prior(base)
@@ -194,6 +182,10 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
     def elapsed() -> float:
         return spent(records) if cpu else clock() - start
 
+    def stop(why: str, failed: bool = False) -> Result:  # the card of the records so far
+        made = cards.build_card(records, delta=delta) if records else {"cells": []}
+        return Result({**made, "stopped": why}, why, records, failed)
+
     def runs(nf: int) -> tuple[list, list[dict]]:
         """N_f's runs per seed from the store (None where missing), and the configs to train."""
         cfgs = [cell_config(base, nf, s) for s in seeds]
@@ -201,7 +193,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
         return have, [c for c, h in zip(cfgs, have) if h is None]
 
     card: dict = {"cells": []}
-    nf = _first_facts(d, n_eff0, vocab)
+    nf = nearest_facts(d, n_eff0, vocab)
     for i in range(max_cells):
         if nf is None:
             break
@@ -220,40 +212,42 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1), budget_s:
         if todo and need > left:
             say(f"capacity: stop: the next cell (N_f = {nf}) needs about {need / 60:.1f} {unit}, "
                 f"{max(left, 0) / 60:.1f} {unit} of the budget left")
-            card = _card(records, delta) if records else card
-            why = "CPU budget" if cpu else "time budget"
-            return Result({**card, "stopped": why}, why, records)
+            return stop("CPU budget" if cpu else "time budget")
         if todo and run_cell is None:  # a replay of the store: the search stopped here
-            why = (f"the search stopped before N_f = {nf} (no run of it in the store: an "
-                   "interrupted run, or a wall-time budget)")
-            card = _card(records, delta) if records else card
-            return Result({**card, "stopped": why}, why, records)
+            return stop(f"the search stopped before N_f = {nf} (no run of it in the store: an "
+                        "interrupted run, or a wall-time budget)")
         if todo:
             say(f"capacity: cell {i + 1}: N_f = {nf}, L = {4 * nf}: training {len(todo)} run(s)"
                 + (f", about {need / 60:.1f} {unit} at the highest rate so far" if need
                    else " (the first trained cell: its time sets the rate for the next ones)")
                 + f"; {max(left, 0) / 60:.1f} {unit} of the budget left")
         t0 = clock()
-        got = run_cell(todo) if todo else []
+        try:
+            got = (run_cell(todo, cell_limit(left, len(todo), cpu)) if cut else run_cell(todo)
+                   ) if todo else []
+        except BudgetSpent:
+            say(f"capacity: stop: the budget ran out while N_f = {nf} trained: its runs were "
+                "stopped and not stored (a rerun trains them again)")
+            return stop("CPU budget" if cpu else "time budget")
         took = spent([h for h in have if h is not None] + got) if cpu else clock() - t0
         if todo or cpu:
             rate = max(rate, took / (4 * nf))
         records += [h for h in have if h is not None] + got
-        card = _card(records, delta)
+        card = cards.build_card(records, delta=delta)
         cell = next(c for c in card["cells"] if c["num_facts"] == nf)
         say(_progress(i + 1, cell, card, elapsed(), budget_s, bool(todo), cpu))
         if cell.get("accuracy") is None:  # every seed failed: the next cell would too
             why = "every run of N_f = {} failed: {}".format(
                 nf, next((r.get("error") for r in got if r.get("error")), "see the store"))
             say(f"capacity: stop: {why}")
-            return Result({**card, "stopped": why}, why, records)
+            return stop(why, failed=True)
         if card["status"] == "measured":
-            return Result({**card, "stopped": "measured"}, "measured", records)
+            return stop("measured")
         nf, why = next_facts(card, d, n_eff0, vocab, max_step)
         if nf is None:
             say(f"capacity: stop: {why}")
-            return Result({**card, "stopped": why}, why, records)
-    return Result({**card, "stopped": f"{max_cells} cells"}, f"{max_cells} cells", records)
+            return stop(why)
+    return stop(f"{max_cells} cells")
 
 
 def replay(base: Mapping[str, Any], records, *, seeds: Sequence[int],
@@ -286,22 +280,24 @@ def n_eff_prior(base: Mapping[str, Any]) -> float:
 def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float,
         max_cells: int = MAX_CELLS, workers: int = 1, delta: float = 0.01,
         say: Callable[[str], None] = print, cpu: bool = False,
-        max_step: float | None = None, fit_budget: bool = False) -> Result:
+        max_step: float | None = None, fit_budget: bool = False, cut: bool = False) -> Result:
     """:func:`measure` with real training (:func:`trained`).  ``cpu``: the budget is CPU
-    seconds (:func:`measure`)."""
+    seconds; ``cut``: stop a cell's runs when the budget is spent (:func:`measure`)."""
     with trained(store, workers) as (done, run_cell):
         return measure(base, seeds=seeds, budget_s=budget_s, run_cell=run_cell, done=done,
                        max_cells=max_cells, delta=delta, say=say, cpu=cpu,
-                       max_step=max_step, fit_budget=fit_budget)
+                       max_step=max_step, fit_budget=fit_budget, cut=cut)
 
 
 @contextlib.contextmanager
 def trained(store, workers: int = 1, say: Callable[[str], None] | None = None):
     """``(done, run_cell)`` for a search that trains for real: ``done`` the ok records of
-    ``store`` by config hash (reused on a rerun), ``run_cell(configs) -> records`` trains
+    ``store`` by config hash (reused on a rerun), ``run_cell(configs, limit=None)`` trains
     them on ``workers`` processes (in this process when 1), appending each record to
-    ``store`` as it finishes.  ``say``: while a batch trains, a line per run at least every
+    ``store`` as it finishes (BudgetSpent once ``limit`` is spent, the runs it stopped not
+    stored).  ``say``: while a batch trains, a line per run at least every
     30 s and at each learning-rate candidate's start (:mod:`recallbench.runs.progress`)."""
+    from recallbench.runs.budget import limited
     from recallbench.runs.executors import make_executor
     from recallbench.runs.progress import Watch
     from recallbench.runs.store import Store
@@ -315,9 +311,9 @@ def trained(store, workers: int = 1, say: Callable[[str], None] | None = None):
     try:
         watch = Watch(executor, say)
         with store.open() as sink:
-            def run_cell(cfgs: list[dict]) -> list[dict]:
+            def run_cell(cfgs: list[dict], limit=None) -> list[dict]:
                 got: list[dict] = []
-                with watch.batch(cfgs) as batch:
+                with watch.batch(cfgs) as batch, limited(executor, limit):
                     for i, result in executor.run([[c] for c in cfgs]):
                         if isinstance(result, BaseException):
                             raise result
@@ -350,7 +346,7 @@ def estimate(base: Mapping[str, Any], seeds: Sequence[int], cells_done: int = 0)
     the ``cells_done`` (at least one more) of ``seeds`` runs each."""
     from recallbench.runs.eta import run_seconds, step_seconds
 
-    nf = _first_facts(int(base["model"]["d_model"]), n_eff_prior(base),
+    nf = nearest_facts(int(base["model"]["d_model"]), n_eff_prior(base),
                       int(base["task"]["vocab_size"]))
     first = cell_config(base, nf, seeds[0])
     step = step_seconds(first)
@@ -359,16 +355,31 @@ def estimate(base: Mapping[str, Any], seeds: Sequence[int], cells_done: int = 0)
     return Estimate(nf, step, (lo, hi), runs, (runs[0] * lo, runs[1] * hi * 2))
 
 
-def _card(records: list[dict], delta: float) -> dict:
-    return cards.build_card(records, delta=delta)
-
-
-def _first_facts(d: int, n_eff0: float, vocab: int) -> int:
-    """The N_f where the law at S_eff = S predicts p = 0.75 (a bag-of-values guesser)."""
-    top = max(vocab // 2 - 1, MIN_FACTS)
-    grid = np.arange(MIN_FACTS, top + 1)
-    p = predicted(grid, d, n_eff0, vocab, 1.0)
-    return int(grid[int(np.argmin(np.abs(p - 0.75)))])
+def nearest_facts(d: int, n_eff: float, vocab: int, target: float = 0.75, share: float = 1.0,
+                  done=()) -> int | None:
+    """The N_f in [MIN_FACTS, V/2 − 1], not in ``done``, where the law is nearest ``target``
+    (default: the first cell's), the smallest of equals, as a stable sort of every N_f by
+    the distance has it; None when all are done.  The law falls with N_f: bisection to the
+    crossing, the nearest free N_f each side, and from each the stretch within :data:`FLAT`
+    of its distance (flat to rounding, the last bits decide) compared whole, up to
+    :data:`SCAN` N_f: some 70 evaluations of the law at any V."""
+    lo, hi = MIN_FACTS, max(vocab // 2 - 1, MIN_FACTS)
+    law = lambda n: float(predicted(n, d, n_eff, vocab, share))  # noqa: E731
+    # the first N_f in [a, b] where ``ok`` holds (False, then True), or b + 1: a bisection
+    first = lambda ok, a, b: a + bisect.bisect_left(range(a, b + 1), True, key=ok)  # noqa: E731
+    cross = first(lambda n: law(n) < target, lo, hi)
+    above = next((n for n in range(cross - 1, lo - 1, -1) if n not in done), None)
+    below = next((n for n in range(cross, hi + 1) if n not in done), None)
+    spans = []  # nothing before the first stretch, or after the second, is nearer
+    if above is not None:
+        gap = abs(law(above) - target) + FLAT
+        spans.append((first(lambda n: abs(law(n) - target) <= gap, lo, above), cross - 1))
+    if below is not None:
+        gap = abs(law(below) - target) + FLAT
+        spans.append((cross, first(lambda n: abs(law(n) - target) > gap, below, hi) - 1))
+    grid = np.concatenate([np.arange(a, min(b, a + SCAN - 1) + 1) for a, b in spans] or [[]])
+    order = np.argsort(np.abs(predicted(grid, d, n_eff, vocab, share) - target), kind="stable")
+    return next((int(grid[i]) for i in order if int(grid[i]) not in done), None)
 
 
 def _progress(i: int, cell: Mapping, card: Mapping, elapsed: float, budget: float,

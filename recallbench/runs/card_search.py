@@ -20,10 +20,12 @@ cells never reuse a run and two cards from disjoint seeds below the stride stay 
 
 It stops when the card is measured, when the next batch's predicted work (tokens per
 token of L of the costliest run so far, times the new L; the first batch at its step cap
-without extension) exceeds the work budget left, after ``max_batches``, or at the wall
-``time_limit_s`` (an unfinished search: the same command resumes from the store).  The
-work budget counts tokens trained, so a card's verdict does not depend on the machine, and
-a store's runs count what they cost when trained: a rerun replays the same cells.
+without extension) exceeds the work budget left (the first batch: refused), after
+``max_batches``, when every run of a batch failed, or at the wall ``time_limit_s``, a batch
+still training stopped there and not stored (an unfinished search: the same command
+resumes from the store).  The work budget counts tokens trained, so a card's verdict does
+not depend on the machine, and a store's runs count what they cost when trained: a rerun
+replays the same cells.
 """
 from __future__ import annotations
 
@@ -36,7 +38,9 @@ import numpy as np
 from scipy import special, stats
 
 from recallbench.api.canonical import config_hash
+from recallbench.api.errors import ConfigError
 from recallbench.law import run_card, runfit, theory
+from recallbench.runs.budget import BudgetSpent, Limit
 from recallbench.runs.capacity import MIN_FACTS, cell_config, n_eff_prior
 
 SEED_STRIDE = 1000
@@ -57,6 +61,7 @@ class Result:
     stopped: str
     records: list[dict]
     finished: bool = True  # False: stopped by the wall-time limit, the same command resumes
+    failed: bool = False  # stopped because every run of a batch failed (``stopped`` says why)
 
 
 def batch_seeds(seeds: Sequence[int], j: int) -> list[int]:
@@ -143,10 +148,14 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
             run_cell: Callable[[list[dict]], list[dict]] | None, done: Mapping[str, dict] | None = None,
             max_batches: int = MAX_BATCHES, say: Callable[[str], None] = print,
             time_limit_s: float | None = None, clock: Callable[[], float] = time.monotonic,
-            max_step: float | None = None) -> Result:
+            max_step: float | None = None, cut: bool = False) -> Result:
     """Run the search (module doc); ``work_budget`` in millions of tokens.  ``run_cell(configs)
     -> records`` trains one batch (the caller stores them); ``done``: records by config hash,
-    reused; ``run_cell=None`` replays over ``done`` alone."""
+    reused; ``run_cell=None`` replays over ``done`` alone.  ``cut``: ``run_cell(configs,
+    limit)`` stops the runs still training at ``time_limit_s`` (``runs.budget.deadline``),
+    unstored, and the search, unfinished.  A first batch whose nominal work alone exceeds
+    the budget is refused (ConfigError) before anything trains.  Every run of a batch
+    failed: ``failed``."""
     d, vocab = int(base["model"]["d_model"]), int(base["task"]["vocab_size"])
     top = vocab // 2 - 1
     budget = float(work_budget) * 1e6
@@ -163,10 +172,13 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
     def cost(nf: int) -> float:
         return len(seeds) * 4 * nf * (rate or nominal)
 
-    def stop(why: str, finished: bool = True) -> Result:
+    def stop(why: str, finished: bool = True, failed: bool = False) -> Result:
         card = run_card.build_run_card(records) if records else {"status": "bound", "runs": []}
         card = {**card, "stopped": why, "work_budget_mtok": float(work_budget)}
-        return Result(card, why, records, finished)
+        return Result(card, why, records, finished, failed)
+
+    late = (f"time limit of {(time_limit_s or 0) / 60:g} min: unfinished, the same command "
+            "continues from the store")
 
     nf, why = first_facts(d, n_eff_prior(base), vocab), "the law at S_eff = S"
     for i in range(max_batches):
@@ -177,6 +189,14 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
         spent = sum(run_card.work_tokens(r) for r in records if r.get("status") == "ok")
         left = budget - spent
         if todo and cost(nf) > left:
+            if i == 0 and run_cell is not None:  # nothing would train: not a card
+                raise ConfigError(
+                    f"a work budget of {work_budget:g} Mtok (--work-budget) is not allowed: the "
+                    f"first batch (N_f = {nf}, "
+                    f"{len(seeds)} run(s) of {n_lr} learning rate(s) x {train.get('max_steps')} "
+                    f"steps x {train.get('batch_size')} sequences of L = {4 * nf}) needs about "
+                    f"{cost(nf) / 1e6:.3g} Mtok: give at least {math.ceil(cost(nf) / 1e6)}, or "
+                    "fewer train.max_steps")
             return stop(f"work budget: the next batch (N_f = {nf}) needs about "
                         f"{cost(nf) / 1e6:.0f} Mtok, {max(left, 0) / 1e6:.0f} of "
                         f"{work_budget:g} left")
@@ -184,13 +204,18 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
             return stop(f"the search stopped before N_f = {nf} (batch {j + 1}): no run of it "
                         "in the store", finished=False)
         if todo and time_limit_s is not None and clock() - start > time_limit_s:
-            return stop(f"time limit of {time_limit_s / 60:g} min: unfinished, the same "
-                        "command continues from the store", finished=False)
+            return stop(late, finished=False)
         if todo:
             say(f"capacity: batch {i + 1}: N_f = {nf}, L = {4 * nf}, seeds "
                 f"{','.join(str(c['train']['seed']) for c in todo)} ({why}); about "
                 f"{cost(nf) / 1e6:.0f} Mtok of {max(left, 0) / 1e6:.0f} left")
-        got = run_cell(todo) if todo else []
+        try:
+            got = (run_cell(todo, Limit(wall_until=time.time() + time_limit_s - (clock() - start)))
+                   if cut and time_limit_s is not None else run_cell(todo)) if todo else []
+        except BudgetSpent:
+            say(f"capacity: the time limit ran out while N_f = {nf} trained: its runs were "
+                "stopped and not stored (the same command trains them again)")
+            return stop(late, finished=False)
         new = [h for h in have if h is not None] + list(got)
         records += new
         batches[nf] = j + 1
@@ -203,7 +228,8 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
             return stop("measured")
         if not any(r.get("status") == "ok" for r in new):
             return stop("every run of N_f = {} failed: {}".format(
-                nf, next((str(r.get("error")) for r in new if r.get("error")), "see the store")))
+                nf, next((str(r.get("error")) for r in new if r.get("error")), "see the store")),
+                failed=True)
         nf, why = _next(card, step, top, cost, len(seeds), budget - spent
                         - sum(run_card.work_tokens(r) for r in new if r.get("status") == "ok"))
         if nf is None:
@@ -264,4 +290,5 @@ def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, workers: int = 
     from recallbench.runs.capacity import trained
 
     with trained(store, workers, say=say) as (done, run_cell):
-        return measure(base, seeds=seeds, run_cell=run_cell, done=done, say=say, **kwargs)
+        return measure(base, seeds=seeds, run_cell=run_cell, done=done, say=say, cut=True,
+                       **kwargs)

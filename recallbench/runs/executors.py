@@ -153,8 +153,8 @@ class Processes:
 
     def _preload(self) -> tuple[str, ...]:
         """The modules a worker imports before it is ready: what its points run."""
-        if self.runner is not None:
-            return (self.runner.__module__,)
+        if self.runner is not None:  # a wrapper (budget.LimitedRun) names what it runs
+            return getattr(self.runner, "preload", None) or (self.runner.__module__,)
         return ("recallbench.harness.ensemble" if self.ensemble else "recallbench.harness.train",)
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable
 
 from recallbench.api.errors import reason
+from recallbench.runs.budget import BudgetSpent
 
 READY = "ready"
 
@@ -49,7 +50,7 @@ def _serve(conn, threads: int | None, parent_pid: int, preload: tuple[str, ...])
         func, args = task
         try:
             out: tuple[str, Any] = ("ok", func(*args))
-        except Exception as exc:
+        except (Exception, BudgetSpent) as exc:  # a run stopped by its deadline: sent back
             out = ("error", exc)
         try:
             conn.send(out)
