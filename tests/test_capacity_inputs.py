@@ -52,7 +52,10 @@ def _store_runs(store: Path, base: dict, cells, edit=None) -> list[dict]:
 
 
 def _search_stub(monkeypatch):
-    """capacity.run replaced: it records its call and stops the command (one line)."""
+    """Both methods' searches (capacity.run, card_search.run) replaced: each records its
+    call and stops the command (one line)."""
+    from recallbench.runs import card_search
+
     calls = []
 
     def run(base, **kw):
@@ -60,6 +63,7 @@ def _search_stub(monkeypatch):
         raise ConfigError("search started")
 
     monkeypatch.setattr(capacity, "run", run)
+    monkeypatch.setattr(card_search, "run", run)
     return calls
 
 
