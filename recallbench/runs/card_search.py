@@ -263,10 +263,10 @@ def _progress(card: Mapping, nf: int, trained: bool, spent: float, budget: float
     text = f"capacity: N_f = {nf}: runs {accs}" + ("" if trained else " (from the store)")
     n50 = card.get("n50") or {}
     lo, hi = n50.get("ci") or (None, None)
-    if n50.get("bound") == "lower":
-        text += f"; N50 ≥ {lo:.3g} (not bracketed yet)"
-    elif n50.get("bound") == "upper":
-        text += f"; N50 ≤ {'∞' if hi is None else f'{hi:.3g}'} (not bracketed yet)"
+    if n50.get("bound") in ("lower", "upper"):
+        edge = (f"≥ {lo:.3g}" if n50["bound"] == "lower" and lo else
+                f"≤ {hi:.3g}" if n50["bound"] == "upper" and hi is not None else "")
+        text += f"; N50 {edge} (not bracketed yet)".replace("N50  ", "N50 ")
     elif n50.get("value") is not None:
         text += (f"; N50 {n50['value']:.3g} [{lo:.3g}, {'∞' if hi is None else f'{hi:.3g}'}] "
                  f"({card['status']})")
