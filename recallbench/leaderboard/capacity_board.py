@@ -17,7 +17,8 @@ card's ``cpu_s``) is reported per card and summed over its budgets.
 
 The page is built in ``page``'s frame (CSP, escaping with ``page._e``); each card is a
 figure drawn by ``law.card_render.draw`` into a temporary folder and embedded as a data
-URI, with a compact table of its cells.
+URI, with a compact table of its cells.  A suite of card method 2 has its own board
+(``run_card_board``: N50 per kbit, Mtok of training); the functions here hand it over.
 """
 from __future__ import annotations
 
@@ -63,6 +64,13 @@ HOW_TO_READ = (
     "the guess level while another seed of the cell learned.")
 
 
+def _v2(suite: Suite):
+    """The board module of a suite of card method 2 (``run_card_board``), else None."""
+    from recallbench.leaderboard import run_card_board
+
+    return run_card_board if suite.capacity_method == 2 else None
+
+
 def _kind(card: Mapping, state) -> str:
     if card.get("status") == NO_RECALL:
         return NO_RECALL
@@ -73,6 +81,8 @@ def _kind(card: Mapping, state) -> str:
 
 def card_rows(suite: Suite, subs: list[tuple[Path, Mapping]]) -> list[dict]:
     """One row per (submission, budget), in the suite's budget order, then by model."""
+    if _v2(suite):
+        return _v2(suite).card_rows(suite, subs)
     order = {b["name"]: i for i, b in enumerate(suite.budgets)}
     rows = []
     for path, sub in subs:
@@ -204,6 +214,8 @@ def _md_table(head, body) -> list[str]:
 
 def render_markdown(suite: Suite, rows: list[dict]) -> str:
     """The suite's README.md: intro, a ranking per budget, the cards apart, CPU time."""
+    if _v2(suite):
+        return _v2(suite).render_markdown(suite, rows)
     lines = readme_head(suite)
     lines += [f"- **{k}**: {md(v)}" for k, v in _intro_items(suite)]
     lines += ["", RANKING_NOTE.replace("N_f*", "N_f\\*")]
@@ -292,6 +304,8 @@ def _card_html(r: Mapping, png: bytes | None) -> str:
 def page_html(suite: Suite, rows: list[dict], pngs: Mapping | None) -> str:
     """The page: intro, a ranking per budget, the cards apart, CPU time, every card with
     its figure (``pngs`` by (file, budget); missing: an empty image; None: not rendered)."""
+    if _v2(suite):
+        return _v2(suite).page_html(suite, rows, pngs)
     d = suite.data
     body = [f"<h1>Leaderboard: {_e(d.get('title') or suite.name)}</h1>"]
     if suite.retired:
@@ -327,6 +341,8 @@ def page_html(suite: Suite, rows: list[dict], pngs: Mapping | None) -> str:
 def render(suite: Suite, subs: list[tuple[Path, Mapping]], *, check: bool = False,
            plot: bool = True) -> tuple[bool, list[str]]:
     """Write (or with ``check``, compare) README.md and index.html: (up_to_date, messages)."""
+    if _v2(suite):
+        return _v2(suite).render(suite, subs, check=check, plot=plot)
     rows = card_rows(suite, subs)
     text = render_markdown(suite, rows)
     readme, page = suite.dir / README, suite.dir / PAGE
@@ -360,7 +376,8 @@ def state_rows(rows: list[dict]) -> list[dict]:
     def side(r):
         if r["kind"] in (MEASURED, GROWS):
             return None
-        given = (r["card"].get("s_eff") or {}).get("bound")
+        given = ((r["card"].get("s_eff") or {}).get("bound")  # method 2: N50's side
+                 or (r["card"].get("n50") or {}).get("bound"))
         return given or ("upper" if r["kind"] == NO_RECALL else None)
 
     return [plain({**{k: r[k] for k in ("file", "model", "adapter", "budget", "state_size")},

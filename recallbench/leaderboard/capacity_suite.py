@@ -10,7 +10,9 @@ budget, every run of the visited cells as points and the capacity card they make
 must have ended (a replay that stops before a cell the points lack is an interrupted run,
 not a card), the cells must be the ones it visits (no cell chosen by hand, none left out),
 and the stored card must be the one the points make, field by field (``checks.difference``:
-every key, type and value, whatever the card's schema holds).
+every key, type and value, whatever the card's schema holds).  A suite of card method 2
+(``capacity.method: 2``) runs, replays and checks :mod:`recallbench.runs.card_search`
+instead, through :mod:`recallbench.leaderboard.capacity_method`.
 
     base = budget_base(suite, "linear-mamba", suite.budget("D32-N8"))
     found = capacity_points(suite, records, "linear-mamba")   # build_submission: per budget
@@ -24,10 +26,12 @@ from typing import Callable, Mapping
 
 from recallbench.api.canonical import plain
 from recallbench.api.errors import ConfigError
+from recallbench.leaderboard import capacity_method as v2
 from recallbench.leaderboard.checks import difference, need, short
 from recallbench.leaderboard.suite import Suite
 
-#: how a replay says the records end before the search did (``runs.capacity.measure``)
+#: how a replay says the records end before the search did (``runs.capacity.measure``,
+#: ``runs.card_search.measure``)
 UNFINISHED = "the search stopped before"
 
 
@@ -71,10 +75,16 @@ def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
 
     ADAPTERS.require(adapter, where=f"suite {suite.name}")
     bases = [(b, budget_base(suite, adapter, b, model_extra)) for b in suite.budgets]
+    seeds = v2.every_seed(suite) if v2.is_v2(suite) else suite.seeds
     for b, base in bases:
-        stale_policy(base, suite.seeds, store, refuse=refuse_stale, say=log)
+        stale_policy(base, seeds, store, refuse=refuse_stale, say=log)
     cards = {}
     for b, base in bases:
+        if v2.is_v2(suite):
+            result = v2.run(suite, adapter, b, base, store, workers, log)
+            cards[b["name"]] = result.card
+            log(f"  {b['name']}: {result.card['status']} ({result.stopped})")
+            continue
         log(f"suite {suite.name}, adapter {adapter}, budget {b['name']}: capacity search, "
             f"at most {suite.capacity['max_cells']} cells and "
             f"{suite.capacity['cpu_budget_min']:g} CPU-min")
@@ -94,7 +104,8 @@ def plan_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
     """``leaderboard run --dry-run`` of a capacity suite: per budget, what the store already
     holds (its cells and CPU minutes, replayed as ``run`` would reuse them), a measured step
     time at the first cell, and an ETA bounded by the card's CPU budget.  Trains nothing but
-    the few steps that time a step.  Returns the upper ETA per budget, in CPU minutes."""
+    the few steps that time a step.  Returns the upper ETA per budget, in CPU minutes.
+    Method 2: the store's batches and training work against the work budget instead."""
     from recallbench.api.registry import ADAPTERS
     from recallbench.runs import capacity
     from recallbench.runs.eta import minutes
@@ -105,11 +116,15 @@ def plan_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
                 if r.get("status") == "ok"
                 and r["config"]["model"].get("adapter") == adapter]
                if Path(store).is_dir() else [])
-    budget_s, left = cpu_budget_s(suite), {}
+    budget_s, left = (None if v2.is_v2(suite) else cpu_budget_s(suite)), {}
     for b in suite.budgets:
         base = budget_base(suite, adapter, b, model_extra)
         mine = _of_budget(b, records)
         done = _replay(suite, mine[0]["config"], mine) if mine else None
+        if budget_s is None:
+            over = done is not None and not unfinished(done)
+            left[b["name"]] = v2.plan(suite, b, base, done, over, workers, log)
+            continue
         spent = sum(float(r.get("cpu_s") or 0.0) for r in done.records) if done else 0.0
         cells = len(done.card.get("cells", [])) if done else 0
         head = (f"{b['name']}: the store holds {cells} cell(s) of the search, "
@@ -146,6 +161,8 @@ def _replay(suite: Suite, base: Mapping, records: list[Mapping]):
     that model settings beyond the suite's, given to `leaderboard run` with --set, are in)."""
     from recallbench.runs import capacity
 
+    if v2.is_v2(suite):
+        return v2.replay(suite, base, records)
     return capacity.replay(base, records, seeds=suite.seeds,
                            max_cells=int(suite.capacity["max_cells"]),
                            delta=float(suite.scoring["delta"]), cpu_budget_s=cpu_budget_s(suite),
@@ -189,7 +206,9 @@ def capacity_points(suite: Suite, records: list[Mapping], adapter: str
              f"{result.stopped}; {_finish(suite, adapter)}")
         pairs = [({"budget": b["name"], "num_facts": r["config"]["task"]["num_facts"],
                    "seed": r["config"]["train"]["seed"]}, r) for r in result.records]
-        out.append((b, pairs, {**stored_card(result.card), "stopped": result.stopped}))
+        card = {**stored_card(result.card), "stopped": result.stopped}
+        out.append((b, pairs, {**card, "machine": v2.machines(result.records)}
+                    if v2.is_v2(suite) else card))
     return out
 
 
@@ -203,6 +222,8 @@ def check_cards(sub: Mapping, suite: Suite, where: str, records_of: Callable) ->
         card = b.get("card")
         need(isinstance(card, dict), bw, "card must be a mapping (a capacity suite's budget)")
         records = records_of(b)
+        if v2.is_v2(suite):  # a run's work counts each lr candidate: the points hold them
+            records = v2.with_protocol(records, b["points"])
         result = _replay(suite, b["config"], records)
         visited = {(r["config"]["task"]["num_facts"], r["config"]["train"]["seed"])
                    for r in result.records}
@@ -213,7 +234,8 @@ def check_cards(sub: Mapping, suite: Suite, where: str, records_of: Callable) ->
              "(a cell chosen by hand, or one after the search stopped)")
         need(not unfinished(result), bw, f"{result.stopped}; "
              f"{_finish(suite, sub['model']['adapter'])}")
-        fresh = {**stored_card(result.card), "stopped": result.stopped}
+        fresh = {**stored_card(result.card), "stopped": result.stopped,
+                 **(v2.claimed(card, bw) if v2.is_v2(suite) else {})}
         unknown = [k for k in card if k not in fresh]
         need(not unknown, bw, f"card holds the unknown field {short(unknown[0]) if unknown else ''}"
              f": a card holds the fields of the one its points make ({', '.join(fresh)})")
@@ -225,16 +247,21 @@ def check_cards(sub: Mapping, suite: Suite, where: str, records_of: Callable) ->
 
 
 def check_point_facts(p: Mapping, suite: Suite, pw: str) -> None:
-    """A capacity suite's point: N_f in the search's range, a seed of the suite."""
+    """A capacity suite's point: N_f in the search's range, a seed of the suite (method 2:
+    of a batch, a suite seed + 1000·j)."""
     lo, hi = suite.facts_range()
     need(lo <= p["num_facts"] <= hi, pw, f"num_facts = {short(p['num_facts'])} is not allowed: "
          f"the search's range is [{lo}, {hi}] (V/2 - 1 keys)")
+    if v2.is_v2(suite):
+        return v2.check_point_seed(p, suite, pw)
     need(p["seed"] in suite.seeds, pw, f"seed = {short(p['seed'])} is not one of the suite's "
          f"seeds {suite.seeds}")
 
 
 def check_cells_complete(b: Mapping, suite: Suite, bw: str) -> None:
-    """Every N_f of a budget has a run of every seed."""
+    """Every N_f of a budget has a run of every seed (method 2: every batch)."""
+    if v2.is_v2(suite):
+        return v2.check_batches_complete(b, suite, bw)
     seen: dict[int, set] = {}
     for p in b["points"]:
         seen.setdefault(p["num_facts"], set()).add(p["seed"])

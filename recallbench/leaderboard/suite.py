@@ -28,6 +28,8 @@ A suite (``leaderboards/<suite>/suite.yaml``, schema ``recallbench.suite/1``)::
                                          # fit_budget: true measures the largest N_f that
                                          # fits the budget left instead of stopping before
                                          # a next cell that does not (false when absent)
+    capacity: {method: 2, work_budget_mtok: 300, max_batches: 24, max_step: 4}  # or card
+                                         # method 2 (below; method 1 above, when absent)
 
 A **capacity suite** (``capacity`` set; no ``num_facts``) measures each (adapter, budget) by
 ``recallbench capacity``'s search (:mod:`recallbench.runs.capacity`): MQAR at the suite's V,
@@ -36,7 +38,9 @@ is measured or ``max_cells`` / ``cpu_budget_min`` stop it (CPU minutes of a card
 those reused from the store included: not wall time, so a shared machine or a resumed run
 stops the search at the same cell).  A
 point is (budget, N_f, seed) with N_f from 2 to V/2 − 1; a submission's budget carries the
-capacity card (``law.card``) built from its points, which validation rebuilds.  An adapter
+capacity card (``law.card``) built from its points, which validation rebuilds.  With
+``capacity.method: 2``, card method 2's search and card instead, its budget in millions of
+tokens trained (:mod:`recallbench.leaderboard.capacity_method`).  An adapter
 that trains nothing (``trainable = False``) runs at lr 0.01 instead of the searched list.
 
 The learning rate comes in one of two ways:
@@ -70,6 +74,7 @@ from recallbench.api.errors import ConfigError
 from recallbench.leaderboard.checks import check_name, is_count, is_int, is_num, need, short
 from recallbench.leaderboard.yaml_io import read_yaml_data
 from recallbench.runs.capacity import MAX_STEP_RANGE
+from recallbench.runs.card_search import DEFAULT_STEP, MAX_BATCHES
 
 SUITE_SCHEMA = "recallbench.suite/1"
 MAX_SUITE_BYTES = 256 << 10
@@ -110,8 +115,16 @@ class Suite:
         return self.data.get("capacity") is not None
 
     @property
+    def capacity_method(self) -> int:
+        """The card method of a capacity suite: 1 (cpu-v3's, when unsaid) or 2."""
+        return int((self.data.get("capacity") or {}).get("method", 1))
+
+    @property
     def capacity(self) -> dict:
-        """A capacity suite's search settings: max_cells, cpu_budget_min."""
+        """A capacity suite's search settings: max_cells, cpu_budget_min (method 1), or
+        method, work_budget_mtok, max_batches, max_step (method 2)."""
+        if self.capacity_method == 2:
+            return {"max_batches": MAX_BATCHES, "max_step": DEFAULT_STEP, **self.data["capacity"]}
         return {"max_cells": 12, "cpu_budget_min": 60.0, **(self.data.get("capacity") or {})}
 
     def facts_range(self) -> tuple[int, int]:
@@ -270,13 +283,21 @@ def _check_capacity(data: Mapping, task: Mapping, where: str) -> None:
     """A capacity suite: MQAR at a V, L = 4·N_f, no grid, the search's settings."""
     cap = data["capacity"]
     keys = set(CAPACITY_KEYS) | CAPACITY_FLAGS
-    need(isinstance(cap, dict) and set(cap) <= keys, where,
-         f"capacity must be a mapping of {', '.join(sorted(keys))}")
-    for k, (lo, hi) in CAPACITY_KEYS.items():
+    method = cap.get("method", 1) if isinstance(cap, dict) else 1
+    need(method in (1, 2) and is_int(method), where,
+         f"capacity.method = {short(method)} is not allowed: 1 or 2 (1 when absent)")
+    if method == 2:
+        from recallbench.leaderboard.capacity_method import check_suite_keys
+
+        check_suite_keys(cap, data, where)
+    else:
+        need(isinstance(cap, dict) and set(cap) - {"method"} <= keys, where,
+             f"capacity must be a mapping of {', '.join(sorted(keys))}")
+    for k, (lo, hi) in ({} if method == 2 else CAPACITY_KEYS).items():
         v = cap.get(k)
         need(v is None or (is_num(v) and lo <= v <= hi and (k != "max_cells" or is_int(v))),
              where, f"capacity.{k} = {short(v)} is not allowed: a number in [{lo:g}, {hi:g}]")
-    for k in CAPACITY_FLAGS:
+    for k in () if method == 2 else CAPACITY_FLAGS:
         need(cap.get(k) is None or isinstance(cap[k], bool), where,
              f"capacity.{k} = {short(cap.get(k))} is not allowed: true or false")
     need("num_facts" not in data, where, "a capacity suite has no num_facts: its search "
