@@ -152,6 +152,33 @@ def test_a_capacity_suite_warns_or_refuses_stale_runs_before_any_search(tmp_path
     assert calls and said[0].startswith("recallbench: warning: ")
 
 
+
+def test_leaderboard_run_passes_refuse_stale_to_a_capacity_suite(cli, tmp_path, monkeypatch):
+    """`leaderboard run --refuse-stale` reaches the capacity suite's check: exit 2, one
+    refusing line per stale run, and no search started."""
+    from recallbench import leaderboard as lb
+    from recallbench.leaderboard.capacity_suite import budget_base
+
+    d = tmp_path / "cpu-v3"
+    d.mkdir()
+    data = yaml.safe_load((ROOT / "leaderboards" / "cpu-v3" / "suite.yaml").read_text())
+    data["budgets"] = [b for b in data["budgets"] if b["name"] == "D32-N8"]
+    data["train"].update(test_size=32, val_size=32)
+    (d / "suite.yaml").write_text(yaml.safe_dump(data, allow_unicode=True))
+    suite = lb.load_suite(d)
+
+    def older(rec):
+        rec["provenance"]["source_sha256"] = "0" * 64
+
+    _store_runs(tmp_path / "store", budget_base(suite, "designed", suite.budgets[0]),
+                [(2, suite.seeds[0])], older)
+    calls = _search_stub(monkeypatch)
+    rc, out, err = cli("leaderboard", "run", "--suite", str(d), "--adapter", "designed",
+                       "--store", str(tmp_path / "store"), "--refuse-stale")
+    assert rc == 2 and not calls
+    assert "recallbench: refusing: " in out and "--refuse-stale: 1 stored results" in err
+
+
 # -- 7: impossible state sizes -----------------------------------------------------------------
 @pytest.mark.parametrize("value", ["-5", "0", "1e30", "2.5", "nan"])
 def test_an_impossible_state_size_flag_is_refused_with_its_range(cli, tmp_path, value):

@@ -38,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "each cell's seeds in K processes (default 1: the card's CPU "
                         "budget counts every run's CPU time, which runs side by side can "
                         "raise)")
+    p.add_argument("--refuse-stale", action="store_true",
+                   help="a capacity suite: stop (exit 2, nothing trained) when the store holds "
+                        "runs of its cards made by other adapter source than the one here; by "
+                        "default they are reused, with one warning line per run")
     p.add_argument("--time-budget", type=float, metavar="SECONDS",
                    help="start a point on a free worker only while the time left of this many "
                         "seconds holds the longest a point has taken so far (the first always "
@@ -186,9 +190,11 @@ def _run_capacity(args, suite, extra) -> int:
 
     if args.limit is not None or args.time_budget is not None:
         flag = "--limit" if args.limit is not None else "--time-budget"
+        key = ("work_budget_mtok" if suite.capacity.get("method", 1) == 2
+               else "cpu_budget_min")
         raise ConfigError(f"{flag} is not for a capacity suite ({suite.name}): its search "
-                          "has its own CPU budget per budget (suite.yaml capacity."
-                          "cpu_budget_min); --dry-run gives the ETA")
+                          f"has its own budget per card (suite.yaml capacity.{key}); "
+                          "--dry-run gives the ETA")
     workers = args.workers or 1
     if not 1 <= workers <= (os.cpu_count() or 1):
         raise ConfigError(f"--workers {workers} is not allowed: must be in "
@@ -202,7 +208,8 @@ def _run_capacity(args, suite, extra) -> int:
     try:
         with sigterm_unwinds():
             cards = run_capacity_suite(suite, args.adapter, args.store, model_extra=extra,
-                                       workers=workers, log=lambda m: print(m, flush=True))
+                                       workers=workers, log=lambda m: print(m, flush=True),
+                                       refuse_stale=args.refuse_stale)
     except (KeyboardInterrupt, Terminated) as exc:
         line, status = stopped(exc, args.store)
         print(line, file=sys.stderr, flush=True)

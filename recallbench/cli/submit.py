@@ -87,11 +87,13 @@ def command(args) -> int:
     except OSError as exc:
         raise ConfigError(f"--out {out}: cannot write ({exc.strerror})") from None
     for b in sub["budgets"]:
-        if "card" in b:  # a capacity suite: the card's headline
-            from recallbench.law.card_render import headline
+        if "card" in b:  # a capacity suite: the card's headline, by its method's renderer
+            from recallbench.law import card_render, run_card, run_card_render
 
+            render = (run_card_render if b["card"].get("schema") == run_card.CARD_SCHEMA
+                      else card_render)
             print(f"{sub['model']['name']} budget {b['name']}: "
-                  f"{headline({**b['card'], 'model': b['config']['model']})}")
+                  f"{render.headline({**b['card'], 'model': b['config']['model']})}")
             continue
         sc = (b.get("score") or {}).get("mean") or {}
         acc = lb.acc_by_nf(b)
