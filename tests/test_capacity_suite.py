@@ -108,7 +108,9 @@ def test_a_cell_left_out_of_the_middle_of_the_search_is_refused(board):
     def edit(s):
         s["budgets"][0]["points"] = [p for p in s["budgets"][0]["points"]
                                      if p["num_facts"] != first]
-    with pytest.raises(ConfigError, match="not a cell the capacity search visits"):
+    # named by the missing cell, not by the first point after the gap
+    with pytest.raises(ConfigError, match=f"a cell of the search is missing: the search "
+                                          f"stopped before N_f = {first} "):
         _check(suite, _forged(sub, edit))
 
 

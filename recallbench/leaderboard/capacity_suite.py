@@ -229,6 +229,9 @@ def check_cards(sub: Mapping, suite: Suite, where: str, records_of: Callable) ->
                    for r in result.records}
         given = {(p["num_facts"], p["seed"]) for p in b["points"]}
         extra = sorted(given - visited)
+        need(not (extra and unfinished(result)), bw, f"a cell of the search is missing: "
+             f"{result.stopped}, yet the points go on (N_f={extra[0][0] if extra else ''}): "
+             "a cell left out of the middle of the search")
         need(not extra, bw, f"point N_f={extra[0][0] if extra else ''} seed="
              f"{extra[0][1] if extra else ''} is not a cell the capacity search visits "
              "(a cell chosen by hand, or one after the search stopped)")
