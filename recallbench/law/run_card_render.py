@@ -60,7 +60,15 @@ def headline(card: Mapping) -> str:
 
 
 def cite(card: Mapping, version: str | None = None) -> str:
-    """One line a paper can quote: value, interval, budget, protocol, version."""
+    """One line a paper can quote: value, interval, budget, protocol, version (this
+    installation's recallbench when not given)."""
+    if version is None:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("recallbench")
+        except metadata.PackageNotFoundError:
+            version = "unknown"
     n50, ratio = card.get("n50") or {}, card.get("ratio") or {}
     what = (f"N50 = {num(n50.get('value'))} {interval(n50.get('ci'))}" if n50.get("value")
             else f"N50 {_value(n50, n50.get('bound'))}")
@@ -69,7 +77,7 @@ def cite(card: Mapping, version: str | None = None) -> str:
     return (f"{layer_name(card)} on MQAR V={card['task'].get('vocab_size')}, L = 4·N_f: {what} "
             f"({card.get('status')}; 95% profile interval over {len(card.get('runs') or [])} "
             f"runs; {num(card.get('work_mtok'))} of {num(card.get('work_budget_mtok'))} Mtok; "
-            f"card method 2, recallbench {version or '?'})")
+            f"card method 2, recallbench {version})")
 
 
 def _runs_table(card: Mapping) -> list[str]:
