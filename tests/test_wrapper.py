@@ -45,8 +45,8 @@ class Legacy(Adapter):
         return nn.ModuleList(PreNormResidual(EX.GatedRecurrence(self.cfg.d_model, self.cfg.d_state),
                                              self.cfg.d_model) for _ in range(self.cfg.n_layers))
 
-    def state_size(self):
-        return 0
+    def state_size(self):  # a positive state: the harness refuses 0
+        return self.cfg.n_layers * self.cfg.d_model * self.cfg.d_state
 
 
 class OldNorm(Legacy):
