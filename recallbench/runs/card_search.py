@@ -123,7 +123,7 @@ def _narrow(ok: list[dict], fit: runfit.RunFit, lo: int, hi: int, cost: Callable
 
     now = var(w, x)
     units = ok[0]["units"]
-    best, best_gain = None, 0.0
+    best, best_gain = None, (0.0 if math.isfinite(now) else -math.inf)
     grid = np.unique(np.round(np.geomspace(max(lo, MIN_FACTS), max(hi, MIN_FACTS), 48)))
     for nf in grid.astype(int):
         mu = beta * (ell - math.log(nf))
@@ -135,7 +135,11 @@ def _narrow(ok: list[dict], fit: runfit.RunFit, lo: int, hi: int, cost: Callable
         vn = acc * (1 - acc) / units / (1 - g) ** 2 / stats.norm.pdf(mu) ** 2
         xs = np.concatenate([x, np.full(runs, math.log(nf))])
         ws = np.concatenate([w, np.full(runs, 1.0 / (tau2 + vn))])
-        gain = (now - var(ws, xs)) / cost(nf)
+        new = var(ws, xs)
+        # the variance cut per token; while it is infinite (every uncensored run at one N_f),
+        # the smallest variance the batch buys per token
+        gain = ((now - new) / cost(nf) if math.isfinite(now)
+                else -new * cost(nf) if math.isfinite(new) else -math.inf)
         if gain > best_gain:
             best, best_gain = int(nf), gain
     if best is None:
