@@ -121,9 +121,9 @@ def test_an_adapter_s_stale_runs_are_refused_before_the_search(cli, tmp_path, mo
     assert "--refuse-stale: 2 stored results of this card" in err
 
 
-def test_a_capacity_suite_warns_or_refuses_stale_runs_before_any_search(tmp_path, monkeypatch):
+def _small_v3(tmp_path):
+    """cpu-v3's suite with its D32-N8 budget alone and small test sets: (folder, Suite)."""
     from recallbench import leaderboard as lb
-    from recallbench.leaderboard.capacity_suite import budget_base, run_capacity_suite
 
     d = tmp_path / "cpu-v3"
     d.mkdir()
@@ -131,7 +131,13 @@ def test_a_capacity_suite_warns_or_refuses_stale_runs_before_any_search(tmp_path
     data["budgets"] = [b for b in data["budgets"] if b["name"] == "D32-N8"]
     data["train"].update(test_size=32, val_size=32)
     (d / "suite.yaml").write_text(yaml.safe_dump(data, allow_unicode=True))
-    suite = lb.load_suite(d)
+    return d, lb.load_suite(d)
+
+
+def test_a_capacity_suite_warns_or_refuses_stale_runs_before_any_search(tmp_path, monkeypatch):
+    from recallbench.leaderboard.capacity_suite import budget_base, run_capacity_suite
+
+    d, suite = _small_v3(tmp_path)
     base = budget_base(suite, "designed", suite.budgets[0])
 
     def older(rec):
@@ -156,16 +162,9 @@ def test_a_capacity_suite_warns_or_refuses_stale_runs_before_any_search(tmp_path
 def test_leaderboard_run_passes_refuse_stale_to_a_capacity_suite(cli, tmp_path, monkeypatch):
     """`leaderboard run --refuse-stale` reaches the capacity suite's check: exit 2, one
     refusing line per stale run, and no search started."""
-    from recallbench import leaderboard as lb
     from recallbench.leaderboard.capacity_suite import budget_base
 
-    d = tmp_path / "cpu-v3"
-    d.mkdir()
-    data = yaml.safe_load((ROOT / "leaderboards" / "cpu-v3" / "suite.yaml").read_text())
-    data["budgets"] = [b for b in data["budgets"] if b["name"] == "D32-N8"]
-    data["train"].update(test_size=32, val_size=32)
-    (d / "suite.yaml").write_text(yaml.safe_dump(data, allow_unicode=True))
-    suite = lb.load_suite(d)
+    d, suite = _small_v3(tmp_path)
 
     def older(rec):
         rec["provenance"]["source_sha256"] = "0" * 64

@@ -251,8 +251,8 @@ def render_markdown(suite: Suite, rows: list[dict]) -> str:
 
 # -- index.html -------------------------------------------------------------------------
 
-def figures(rows: list[dict]) -> dict[tuple[str, str], bytes]:
-    """Each card's figure (``card_render.draw``) as PNG bytes, keyed by (file, budget)."""
+def figures(rows: list[dict], draw=draw) -> dict[tuple[str, str], bytes]:
+    """Each card's figure (``draw``: its method's) as PNG bytes, keyed by (file, budget)."""
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for i, r in enumerate(rows):

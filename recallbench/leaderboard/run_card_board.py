@@ -16,7 +16,6 @@ built in ``page``'s frame, each card's figure drawn by ``law.run_card_render.dra
 from __future__ import annotations
 
 import base64
-import tempfile
 from pathlib import Path
 from typing import Mapping
 
@@ -25,7 +24,7 @@ from recallbench.law.run_card import MAX_SPREAD, MIN_OBSERVED
 from recallbench.law.run_card_render import draw, headline
 from recallbench.leaderboard.capacity_board import (APART, BOUND, GROWS, MEASURED, NO_RECALL,
                                                     _ci, _cpu_min, _html_table, _md_table, _state,
-                                                    _why, apart, bounded)
+                                                    _why, apart, bounded, figures)
 from recallbench.leaderboard.capacity_method import machine_text, settings
 from recallbench.leaderboard.markdown import code, md, readme_head
 from recallbench.leaderboard.page import (PAGE, _e, _href, document, file_links,
@@ -202,15 +201,6 @@ def render_markdown(suite: Suite, rows: list[dict]) -> str:
         f"then {code(f'recallbench leaderboard render {where}')}.", ""])
 
 
-def figures(rows: list[dict]) -> dict[tuple[str, str], bytes]:
-    """Each card's figure (``run_card_render.draw``) as PNG bytes, keyed by (file, budget)."""
-    out = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, r in enumerate(rows):
-            out[(r["file"], r["budget"])] = draw(r["card"], Path(tmp) / f"card{i}.png").read_bytes()
-    return out
-
-
 def _cell_rows(card: Mapping) -> list[list[str]]:
     def acc(x):
         return "–" if x is None else f"{x:.4f}"
@@ -295,6 +285,7 @@ def render(suite: Suite, subs: list[tuple[Path, Mapping]], *, check: bool = Fals
             msgs.append(f"{page} is stale: {again}")
         return not msgs, msgs
     readme.write_text(text, encoding="utf-8")
-    page.write_text(page_html(suite, rows, figures(rows) if plot else None), encoding="utf-8")
+    page.write_text(page_html(suite, rows, figures(rows, draw) if plot else None),
+                    encoding="utf-8")
     n = sum(len(ranked(rows, b["name"])) for b in suite.budgets)
     return True, [f"wrote {readme} ({len(rows)} card(s), {n} ranked)", f"wrote {page}"]
