@@ -164,7 +164,6 @@ def test_the_script_prints_the_table():
 def test_the_search_covers_the_true_n50_on_a_few_cards(pool):
     """5 cards through the search (about 2 CPU-s each): a check of the whole path more
     than of the coverage, which the slow test below measures."""
-    pytest.importorskip("recallbench.runs.card_search")
     rows = card_coverage.run_cards(5, seed=0, pool=pool)
     covered = sum(r["covered"] for r in rows)
     assert covered >= least_count(5), covered
@@ -176,7 +175,6 @@ def test_the_search_covers_the_true_n50_on_a_few_cards(pool):
 def test_the_search_covers_the_true_n50_on_500_cards(pool):
     """500 cards through the search: coverage at least 0.92 over all cards and over those
     called measured."""
-    pytest.importorskip("recallbench.runs.card_search")
     rows = card_coverage.run_cards(500, seed=0, pool=pool)
     overall = card_coverage.summary(rows)
     assert overall["all"][0] >= FLOOR, card_coverage.table(rows)
