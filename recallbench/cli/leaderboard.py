@@ -65,6 +65,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="draw the points with this seed, to repeat a verification (default: "
                         "a fresh seed from the system's randomness, printed)")
     p.add_argument("--device", help="override train.device for the re-runs")
+    p.add_argument("--reseed", action="store_true",
+                   help="a method-2 capacity submission: re-run each card with seeds disjoint "
+                        "from the submission's and say whether the N50 intervals agree")
+    p.add_argument("--seeds", metavar="S,S", help="with --reseed: the new seeds (default: as "
+                   "many as the suite's, the smallest not among them)")
+    p.add_argument("--store", metavar="DIR", help="with --reseed (required): the result store "
+                   "the re-seeded runs go to (an interrupted re-seeding resumes from it)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="with --reseed: worker processes (default 1)")
 
     p = sub.add_parser("render", help="write a suite's README.md table, plot and web page "
                        "(index.html; refused, writing nothing, when any submission is invalid)")
@@ -251,6 +260,8 @@ def _verify(args) -> int:
     if entry.error:
         raise ConfigError(entry.error)
     suite = lb.load_suite(find_suite_for(entry.path))
+    if args.reseed or args.seeds or args.store:
+        return _reseed(args, entry, suite)
     rows = lb.verify(entry.sub, suite, args.sample, seed=args.seed, device=args.device,
                      log=lambda m: print(m, flush=True))
     bad = [r for r in rows if not r["ok"]]
@@ -260,6 +271,35 @@ def _verify(args) -> int:
         return 1
     print(f"verify ok: {len(rows)} re-run point(s) agree within {suite.tolerance}")
     return 0
+
+
+def _reseed(args, entry, suite) -> int:
+    """``verify --reseed``: each card re-run from disjoint seeds (``leaderboard.reseed``)."""
+    from recallbench.leaderboard.reseed import reseed
+
+    if not args.reseed:
+        raise ConfigError("--seeds and --store go with --reseed")
+    if not args.store:
+        raise ConfigError("--reseed needs --store DIR: the result store the re-seeded runs go "
+                          "to (nothing trained is lost; a rerun resumes)")
+    if not 1 <= args.workers <= (os.cpu_count() or 1):
+        raise ConfigError(f"--workers {args.workers} is not allowed: must be in "
+                          f"[1, {os.cpu_count() or 1}]")
+    seeds = _seed_list(args.seeds) if args.seeds else None
+    rows = reseed(entry.sub, suite, args.store, seeds=seeds, workers=args.workers,
+                  log=lambda m: print(m, flush=True))
+    bad = [r for r in rows if r["agreement"]["agree"] is False]
+    print(f"reseed {'FAILED' if bad else 'ok'}: {len(rows) - len(bad)} of {len(rows)} card(s) "
+          "agree with the submission's (N50 ranges overlap)")
+    return 1 if bad else 0
+
+
+def _seed_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds {text}: must be integers separated by commas, "
+                          "such as 2,3") from None
 
 
 def _render(args) -> int:

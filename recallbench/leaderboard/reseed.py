@@ -1,0 +1,82 @@
+"""``leaderboard verify --reseed``: re-run a method-2 capacity submission's cards with seeds
+disjoint from its own, and say whether each pair of cards agrees on N50.
+
+The run is the unit of a method-2 card, so its interval claims to cover what another set of
+runs would find.  Re-seeding tests that claim: the same search (suite settings, protocol,
+budget configs as submitted) from seeds that share no run with the submission's, into a
+store the user names (an interrupted re-seeding resumes from it), then
+:func:`recallbench.law.card_agreement.agreement` of each budget's two cards.
+
+    rows = reseed(sub, suite, store, workers=1, log=print)
+    rows[0]["agreement"]["agree"]   # the N50 ranges overlap
+
+Seeds: by default the smallest non-negative integers that are not the suite's, as many as
+the suite has (seeds 0, 1 are re-seeded with 2, 3); every batch seed s + 1000·j of one set
+then differs from every batch seed of the other.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from recallbench.api.errors import ConfigError
+from recallbench.law.card_agreement import agreement, describe
+from recallbench.leaderboard import capacity_method as v2
+from recallbench.runs import card_search
+
+
+def default_seeds(seeds: Sequence[int]) -> list[int]:
+    """As many seeds as ``seeds``, the smallest non-negative integers not among them."""
+    taken, out, s = set(seeds), [], 0
+    while len(out) < len(seeds):
+        if s not in taken:
+            out.append(s)
+        s += 1
+    return out
+
+
+def check_seeds(new: Sequence[int], suite) -> list[int]:
+    """``new`` if usable: distinct, in [0, 1000), none of the suite's; else a ConfigError."""
+    stride = card_search.SEED_STRIDE
+    if not new or len(set(new)) != len(new):
+        raise ConfigError(f"--seeds {','.join(map(str, new))}: must be distinct seeds")
+    bad = [s for s in new if not 0 <= s < stride]
+    if bad:
+        raise ConfigError(f"--seeds: {bad[0]} is not allowed: seeds are in [0, {stride}) "
+                          f"(the j-th batch of a seed s uses s + {stride}·j)")
+    shared = sorted(set(new) & set(suite.seeds))
+    if shared:
+        raise ConfigError(f"--seeds: {shared[0]} is one of the submission's seeds "
+                          f"({', '.join(map(str, suite.seeds))}); re-seeding needs disjoint seeds")
+    return list(new)
+
+
+def reseed(sub: Mapping[str, Any], suite, store: str | Path, *,
+           seeds: Sequence[int] | None = None, workers: int = 1,
+           log: Callable[[str], None] = print) -> list[dict]:
+    """Each budget's card re-run from ``seeds`` (default :func:`default_seeds`) into
+    ``store``; one row per budget: budget, seeds, the submitted and the new card's status
+    and N50, and their ``agreement``."""
+    if not v2.is_v2(suite):
+        raise ConfigError(f"--reseed: suite {suite.name} is not a method-2 capacity suite "
+                          "(capacity.method 2); its cards pick the best of seeds per cell, "
+                          "which another seed set does not re-measure")
+    seeds = check_seeds(seeds, suite) if seeds else default_seeds(suite.seeds)
+    adapter = sub["model"]["adapter"]
+    settings = v2.settings(suite)
+    rows = []
+    for b in sub["budgets"]:
+        log(f"re-seeding {adapter} at {b['name']} with seeds {', '.join(map(str, seeds))} "
+            f"(submitted: {', '.join(map(str, suite.seeds))}) into {store}")
+        result = card_search.run(b["config"], seeds=seeds, store=store, workers=workers,
+                                 say=log, **settings)
+        if result.failed or not result.finished:
+            raise ConfigError(f"budget {b['name']}: the re-seeded search "
+                              + ("failed" if result.failed else "did not finish")
+                              + f" ({result.stopped}); the store {store} keeps its runs")
+        a = agreement(b["card"], result.card)
+        rows.append({"budget": b["name"], "seeds": [list(suite.seeds), seeds],
+                     "cards": [b["card"], result.card], "agreement": a,
+                     "line": f"{adapter} {b['name']}: " + describe(a)})
+        log(rows[-1]["line"])
+    return rows
