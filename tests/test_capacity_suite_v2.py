@@ -290,3 +290,16 @@ def test_cpu_v3_is_method_1_and_renders_as_committed():
     subs = [(p, lb.read_yaml_data(p)) for p in lb.submission_files(V3)]
     assert subs and all(s["suite_recipe_sha256"] == suite.recipe_sha256() for _, s in subs)
     assert capacity_board.render(suite, subs, check=True) == (True, [])
+
+
+def test_states_of_a_method_2_suite_say_every_run_enters(board2, cli, tmp_path):
+    suite, _, sub, _ = board2
+    out = tmp_path / "states"
+    rc, said, err = cli("leaderboard", "states", str(suite.dir), "--out", str(out))
+    assert rc == 0, err
+    text = (out / "README.md").read_text()
+    assert "every run of every seed enters the fit" in text and "best of seeds" not in text
+    data = json.loads((out / "states.json").read_text())
+    assert data["view"] == "card (every run)"
+    ratio = _card(sub)["ratio"]
+    assert data["cards"][0]["ratio"]["value"] == pytest.approx(ratio["value"], rel=1e-9)

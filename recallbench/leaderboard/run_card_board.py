@@ -32,6 +32,13 @@ from recallbench.leaderboard.page import (PAGE, _e, _href, document, file_links,
 from recallbench.leaderboard.suite import SUBMISSIONS_DIR, Suite
 from recallbench.leaderboard.table import README
 
+#: ``leaderboard states``' note on a method-2 suite's table
+STATES_NOTE = (
+    "From the method-2 cards: every run of every seed enters the fit (nothing chosen on the "
+    "test set), and S_eff is the state the linear reference needs to put its own 50% point at "
+    "the card's N50. A bound is printed ≥ or ≤, never as a measurement, and drawn as an open "
+    "triangle with an arrow; a card whose state grows with L has no S_eff/S.")
+
 HEAD = ("#", "model", "adapter", "S", "N50 [95%]", "N50 per kbit [95%]", "S_eff/S [95%]",
         "runs (batches)", "work Mtok", "CPU min", "machine")
 CELL_HEAD = ("N_f", "L", "runs", "failed", "median accuracy", "min", "max", "guess",

@@ -332,11 +332,15 @@ def write_states(suite_dir: str | Path, out: str | Path, view: str = "mean",
         raise ConfigError(f"{suite_dir}: no submissions in {suite.dir / SUBMISSIONS_DIR}")
     sc = suite.scoring
     if suite.is_capacity:  # from the cards, not the grid scorer (capacity_board)
+        from recallbench.leaderboard import run_card_board
+        from recallbench.leaderboard.capacity_method import is_v2
+
         rows = capacity_board.state_rows(capacity_board.card_rows(suite, subs))
-        data = {"schema": SCHEMA, "suite": suite.name, "view": "card (best of seeds)",
-                "level": sc["level"], "command": command, "note": capacity_board.STATES_NOTE,
-                "cards": rows}
-        text, what = capacity_board.states_markdown(suite, rows, command), "card(s)"
+        view, note = (("card (every run)", run_card_board.STATES_NOTE) if is_v2(suite)
+                      else ("card (best of seeds)", capacity_board.STATES_NOTE))
+        data = {"schema": SCHEMA, "suite": suite.name, "view": view,
+                "level": sc["level"], "command": command, "note": note, "cards": rows}
+        text, what = capacity_board.states_markdown(suite, rows, command, note), "card(s)"
         figure = partial(cards_figure, suite, rows)
     else:
         rows = state_rows(suite, subs, view)
