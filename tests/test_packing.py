@@ -24,6 +24,26 @@ def trained_fields(rec: dict) -> dict:
     return {k: v for k, v in rec.items() if k not in TIMING}
 
 
+def test_split_tasks_in_this_process_make_the_search_record():
+    """The split search's tasks called here, in candidate order reversed (as workers may
+    finish them), then the chosen one finished: lr_search's record, field by field."""
+    from recallbench.harness.lr_candidates import choose
+    from recallbench.runs import packed_tasks
+
+    raw = config(0, lr=[1e-7, 3e-2, 1e-2], max_steps=10, max_steps_limit=40)
+    entries, train_s = [None] * 3, 0.0
+    for j in (2, 1, 0):
+        out = packed_tasks.candidate(raw, j, f"k{j}", threads=1)
+        entries[j], train_s = out["entry"], train_s + out["train_s"]
+    b = choose(entries)
+    assert b != 0 and packed_tasks.held() == ["k0", "k1", "k2"]  # each kept until chosen
+    rec = packed_tasks.finish(raw, f"k{b}", entries, b, train_s, threads=1)
+    packed_tasks.drop(["k0", "k1", "k2"])
+    assert packed_tasks.held() == []
+    assert trained_fields(rec) == trained_fields(run(raw))
+
+
+@pytest.mark.slow
 def test_split_search_equals_the_one_process_search():
     """A search with a limit, its candidates in two workers at once, then the chosen one
     extended where it was kept: the record lr_search makes in one process, field by field
