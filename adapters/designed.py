@@ -107,6 +107,16 @@ class Designed(Adapter):
     def state_size(self) -> int:
         return 2 * self.cfg.d_model * self.cfg.d_state
 
+    def state_shape(self) -> dict[str, int]:
+        """One layer, one head: key N × value 2D (x̂_t = (E x_{t-1}, E x_t) is the value)."""
+        return {"layers": 1, "heads": 1, "key": self.cfg.d_state, "value": 2 * self.cfg.d_model}
+
+    def shape_overrides(self, term, value):
+        """``key`` = k at the same S = 2·D·N: d_state = k and d_model = S / (2k), the
+        value being the model's own width (N ≤ D still holds or the shape is refused)."""
+        d, rest = divmod(self.state_size(), 2 * value)
+        return {"d_state": value, "d_model": d} if term == "key" and not rest else None
+
     def circuit(self, model):
         """x̂_t = (E x_{t-1}, E x_t): Ê_in = diag(E, E); S_B = [F, 0], S_C = [0, F]; P_out = [0, Πᵀ]."""
         from recallbench.api.circuit import Circuit

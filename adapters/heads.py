@@ -32,6 +32,27 @@ def check_heads_divide_inner(cfg: ModelConfig, note: str = "") -> None:
         fail("model.n_heads", cfg.n_heads, f"must divide expand·d_model = {d_inner}" + note)
 
 
+def state_shape(cfg: ModelConfig, head_pattern: str) -> dict[str, int]:
+    """The state's shape: Λ layers × distinct states per layer (mqa: 1, else M) × key N ×
+    value P = expand·D / M; its product is :func:`state_size`."""
+    return {"layers": cfg.n_layers, "heads": 1 if head_pattern == "mqa" else cfg.n_heads,
+            "key": cfg.d_state, "value": cfg.expand * cfg.d_model // cfg.n_heads}
+
+
+def shape_overrides(cfg: ModelConfig, head_pattern: str, term: str, value: int) -> dict | None:
+    """Overrides that set ``term`` at the same state size: ``key`` sets d_state and the
+    expand that keeps Λ · expand · D · N (mqa: / M); ``heads`` sets n_heads (the value per
+    head P = expand·D / M shrinks; not for mqa, whose one state then changes size)."""
+    state = state_size(cfg, head_pattern)
+    if term == "key":
+        scale = cfg.n_heads if head_pattern == "mqa" else 1
+        expand, rest = divmod(state * scale, cfg.n_layers * cfg.d_model * value)
+        return None if rest or expand < 1 else {"d_state": value, "expand": expand}
+    if term == "heads" and head_pattern != "mqa":
+        return {"n_heads": value}
+    return None
+
+
 def state_size(cfg: ModelConfig, head_pattern: str) -> int:
     """Recurrent-state scalars, all layers: Λ · M · P · N = Λ · expand · D · N; mqa: one
     state per layer, Λ · P · N = Λ · expand · D · N / M."""

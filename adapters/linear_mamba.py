@@ -140,6 +140,12 @@ class LinearMamba(Adapter):
     def state_size(self) -> int:
         return heads.state_size(self.cfg, self.head_pattern)
 
+    def state_shape(self) -> dict[str, int]:
+        return heads.state_shape(self.cfg, self.head_pattern)
+
+    def shape_overrides(self, term, value):
+        return heads.shape_overrides(self.cfg, self.head_pattern, term, value)
+
     def circuit(self, model):
         """One layer with B and C shared and x per head (MVA, or one head): block j of Ê_in is
         diag(W_conv^j) P_in E; S_B, S_C, P_out are the layer's s_b, s_c, out_proj.  None for

@@ -34,7 +34,7 @@ from recallbench.api import kernels
 from recallbench.api.fields import check_range, fail, from_mapping
 from recallbench.api.registry import ADAPTERS
 
-from . import kernel_choice
+from . import heads, kernel_choice
 from .cpu import mamba_ssm_import
 from .cpu.mamba_ssm_swaps import SWAPS
 
@@ -124,3 +124,10 @@ class Mamba(MambaSSMAdapter):
     def state_size(self) -> int:
         cfg = self.cfg
         return cfg.n_layers * cfg.expand * cfg.d_model * cfg.d_state
+
+    def state_shape(self) -> dict[str, int]:
+        """Λ layers × one state of key N × value d_inner (an N-vector per inner channel)."""
+        return heads.state_shape(self.cfg, "mva")
+
+    def shape_overrides(self, term, value):
+        return heads.shape_overrides(self.cfg, "mva", term, value) if term == "key" else None

@@ -195,3 +195,9 @@ class Mamba2(MambaSSMAdapter):
 
     def state_size(self) -> int:
         return heads.state_size(self.cfg, self.head_pattern)
+
+    def state_shape(self) -> dict[str, int]:
+        return heads.state_shape(self.cfg, self.head_pattern)
+
+    def shape_overrides(self, term, value):
+        return heads.shape_overrides(self.cfg, self.head_pattern, term, value)

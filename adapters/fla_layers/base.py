@@ -20,7 +20,8 @@ picks fla's kernel on CUDA; on CPU every mode runs the same reference.  Paramete
 the layer's own initialisation (fla's models re-initialise with ``_init_weights``; we do
 not).
 
-State sizes are read from the BUILT layer's attributes (heads, head_k_dim, …) and
+State sizes and shapes (layers × heads × key × value, or the layer's own terms) are read
+from the BUILT layer's attributes (heads, head_k_dim, …) and
 count the recurrent state only (scalars per sequence, all layers); short-conv and
 token-shift buffers ((d_conv-1)·channels per layer) are not counted, as for the
 other adapters.  On CPU the layers' Triton kernels are swapped for fla's pure-torch
@@ -80,6 +81,10 @@ class BlockOptions:
     mlp: bool = False  # add fla's GatedMLP (SwiGLU) sub-block, as fla's models do
     mlp_ratio: int = 4  # GatedMLP hidden_ratio (fla rounds the width up to a multiple of 256)
     block_norm_eps: float = 1e-6  # eps of the pre-norm and final RMSNorms
+    #: the layer's value width over all heads, in place of expand·D (fla's expand_v =
+    #: value_dim / D, which may be below 1): how ``capacity --shapes`` gives a layer keys
+    #: wider than S / D; null: expand·D.  Layers without a value expansion refuse it.
+    value_dim: int | None = None
 
 
 _BLOCK_FIELDS = {f.name for f in dataclasses.fields(BlockOptions)}
@@ -194,6 +199,13 @@ class FlaAdapter(Adapter):
         super().validate()
         self.options = from_mapping(self.Options, self.cfg.options, "model.options")
         check_range("model.options.mlp_ratio", self.options.mlp_ratio, 1)
+        self._probe = None
+        if self.options.value_dim is not None:
+            check_range("model.options.value_dim", self.options.value_dim, 1, 2**20)
+            v, d = self.options.value_dim, self.cfg.d_model
+            if int(d * (v / d)) != v:  # fla's value_dim = int(hidden_size · expand_v)
+                fail("model.options.value_dim", v, f"not reproducible as int(d_model · "
+                     f"value_dim / d_model) at d_model = {d}")
         # the harness's final RMSNorm and embedding init (std 0.02, fla's initializer_range)
         self.wrapper = {"norm_eps": self.options.block_norm_eps}
         self.check()
@@ -204,6 +216,12 @@ class FlaAdapter(Adapter):
         self._need_divisible("model.n_heads", self.cfg.n_heads, "expand·d_model", self.value_total)
 
     # helpers for check()
+    def _no_value_dim(self) -> None:
+        """check() of a layer without a value expansion: options.value_dim refused."""
+        if self.options.value_dim is not None:
+            fail("model.options.value_dim", self.options.value_dim,
+                 f"null: {self.name} has no value expansion")
+
     def _need_divisible(self, field: str, value: int, what: str, total: int) -> None:
         if total % value:
             fail(field, value, f"must divide {what} = {total}")
@@ -213,8 +231,8 @@ class FlaAdapter(Adapter):
         return self.cfg.n_heads * self.cfg.d_state
 
     @property
-    def value_total(self) -> int:  # expand·D
-        return self.cfg.expand * self.cfg.d_model
+    def value_total(self) -> int:  # expand·D, or options.value_dim
+        return self.options.value_dim or self.cfg.expand * self.cfg.d_model
 
     # -- building --------------------------------------------------------------
     def layer_class(self) -> type:
@@ -227,7 +245,7 @@ class FlaAdapter(Adapter):
         layout (hidden_size, num_heads, expand_k, expand_v) and the short conv if the layer has one."""
         cfg = self.cfg
         kv = {"hidden_size": cfg.d_model, "num_heads": cfg.n_heads,
-              "expand_k": self.key_total / cfg.d_model, "expand_v": float(cfg.expand)}
+              "expand_k": self.key_total / cfg.d_model, "expand_v": self.value_total / cfg.d_model}
         conv = self._conv_kwargs() if self.has_short_conv else {}
         return {**kv, **conv, "layer_idx": layer_idx, **self._option_kwargs()}
 
@@ -274,16 +292,55 @@ class FlaAdapter(Adapter):
 
     def formula_state(self) -> int:
         """The same count from the config alone (used when fla is not installed)."""
-        return self.cfg.n_layers * self.cfg.expand * self.cfg.d_model * self.cfg.d_state
+        return self.cfg.n_layers * self.value_total * self.cfg.d_state
+
+    def layer_shape(self, layer: nn.Module) -> dict[str, int]:
+        """One built layer's state shape; its product is :meth:`layer_state`."""
+        return {"heads": layer.num_heads, "key": layer.head_k_dim, "value": layer.head_v_dim}
+
+    def formula_shape(self) -> dict[str, int] | None:
+        """The same shape from the config alone (when fla is not installed)."""
+        cfg = self.cfg
+        return {"layers": cfg.n_layers, "heads": cfg.n_heads, "key": cfg.d_state,
+                "value": self.value_total // cfg.n_heads}
+
+    def _probe_layer(self) -> nn.Module:
+        """One layer on CPU, to read its real configuration (ImportError without fla)."""
+        if self._probe is None:
+            self._probe = self.make_layer(0)
+        return self._probe
 
     def state_size(self) -> int:
         if self._layers:
             return sum(self.layer_state(layer) for layer in self._layers)
         try:
-            probe = self.make_layer(0)  # one layer on CPU, to read its real configuration
+            probe = self._probe_layer()
         except ImportError:
             return self.formula_state()
         return self.cfg.n_layers * self.layer_state(probe)
+
+    def state_shape(self) -> dict[str, int] | None:
+        try:
+            probe = self._layers[0] if self._layers else self._probe_layer()
+        except ImportError:
+            return self.formula_shape()
+        return {"layers": self.cfg.n_layers, **self.layer_shape(probe)}
+
+    def shape_overrides(self, term, value):
+        """``key`` = k: d_state = k and the value width S / (Λ·k), as ``expand`` when it is a
+        multiple of D (and options.value_dim is unset), else as ``options.value_dim``;
+        ``heads`` = h: n_heads = h (the value per head shrinks)."""
+        cfg = self.cfg
+        if term == "heads":
+            return {"n_heads": value}
+        if term != "key":
+            return None
+        total, rest = divmod(self.state_size(), cfg.n_layers * value)
+        if rest:
+            return None
+        if total % cfg.d_model == 0 and self.options.value_dim is None:
+            return {"d_state": value, "expand": total // cfg.d_model}
+        return {"d_state": value, "expand": 1, "options": {"value_dim": total}}
 
     def state_note(self) -> str:
         conv = (f"; short-conv buffers ({self.cfg.d_conv - 1}·channels per layer) not counted"

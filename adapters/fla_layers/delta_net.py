@@ -65,3 +65,6 @@ class GatedDeltaNet(FlaAdapter, layer="fla.layers.gated_deltanet.GatedDeltaNet",
 
     def layer_state(self, layer):
         return layer.num_v_heads * layer.head_k_dim * layer.head_v_dim
+
+    def layer_shape(self, layer):
+        return {"heads": layer.num_v_heads, "key": layer.head_k_dim, "value": layer.head_v_dim}

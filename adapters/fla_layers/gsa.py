@@ -32,6 +32,7 @@ class GSA(FlaAdapter, layer="fla.layers.gsa.GatedSlotAttention", cpu=("fla.ops.g
 
     def check(self):
         cfg = self.cfg
+        self._no_value_dim()
         self._need_divisible("model.n_heads", cfg.n_heads, "d_model", cfg.d_model)
         K = self.options.expand_k * cfg.d_model
         if K != int(K) or int(K) % cfg.n_heads:
@@ -50,3 +51,17 @@ class GSA(FlaAdapter, layer="fla.layers.gsa.GatedSlotAttention", cpu=("fla.ops.g
     def formula_state(self):
         cfg = self.cfg
         return cfg.n_layers * cfg.d_state * (int(self.options.expand_k * cfg.d_model) + cfg.d_model)
+
+    def layer_shape(self, layer):
+        """Its own terms: heads × N slots × (key + value per head), the two slot states."""
+        return {"heads": layer.num_heads, "slots": layer.num_slots,
+                "key_value": layer.head_k_dim + layer.head_v_dim}
+
+    def formula_shape(self):
+        cfg = self.cfg
+        kv = (int(self.options.expand_k * cfg.d_model) + cfg.d_model) // cfg.n_heads
+        return {"layers": cfg.n_layers, "heads": cfg.n_heads, "slots": cfg.d_state, "key_value": kv}
+
+    def shape_overrides(self, term, value):
+        """``heads`` = h only: S = Λ·N·(K + V) fixes the slots N at one S."""
+        return {"n_heads": value} if term == "heads" else None

@@ -23,6 +23,7 @@ class HGRN2(FlaAdapter, layer="fla.layers.hgrn2.HGRN2Attention", cpu=("fla.ops.g
 
     def check(self):
         cfg = self.cfg
+        self._no_value_dim()
         self._need_divisible("model.d_state", cfg.d_state, "d_model", cfg.d_model)
         heads = cfg.d_model // cfg.d_state
         if cfg.n_heads not in (1, heads):
@@ -38,3 +39,16 @@ class HGRN2(FlaAdapter, layer="fla.layers.hgrn2.HGRN2Attention", cpu=("fla.ops.g
 
     def formula_state(self):
         return self.cfg.n_layers * self.cfg.d_model * self.cfg.d_state
+
+    def layer_shape(self, layer):
+        """D/N heads of key N (the forget gate's complement) × value N; at one S the key
+        follows D, so ``--shapes`` cannot set it (no shape_overrides)."""
+        return {"heads": layer.num_heads, "key": layer.head_f_dim, "value": layer.head_i_dim}
+
+    def formula_shape(self):
+        cfg = self.cfg
+        return {"layers": cfg.n_layers, "heads": cfg.d_model // cfg.d_state, "key": cfg.d_state,
+                "value": cfg.d_state}
+
+    def shape_overrides(self, term, value):
+        return None

@@ -19,6 +19,7 @@ every adapter's short conv.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from typing import ClassVar
 
@@ -58,6 +59,16 @@ class _ConvFrontAdapter(FlaAdapter):
     def fla_state(self, layer) -> int:
         """Recurrent-state scalars of fla's built layer."""
         raise NotImplementedError
+
+    def layer_shape(self, layer) -> dict[str, int]:
+        """Heads × key F (the feature map's width) × value per head (+1: the normaliser)."""
+        layer = getattr(layer, "layer", layer)
+        key = self.fla_state(layer) // (layer.num_heads * self.value_width(layer))
+        return {"heads": layer.num_heads, "key": key, "value": self.value_width(layer)}
+
+    def value_width(self, layer) -> int:
+        """The value side of a head's state: head_v_dim, + 1 with the normaliser."""
+        return layer.head_v_dim + 1
 
     def state_note(self) -> str:
         conv = (f"; a short conv of width {self.cfg.d_conv} in front of the layer, its "
@@ -99,10 +110,27 @@ class LinearAttention(_ConvFrontAdapter, layer="fla.layers.linear_attn.LinearAtt
         return layer.num_heads * F_ * (layer.head_v_dim + (1 if layer.do_feature_map_norm else 0))
 
     def formula_state(self):
+        return math.prod(self.formula_shape().values())
+
+    def value_width(self, layer):
+        return layer.head_v_dim + (1 if layer.do_feature_map_norm else 0)
+
+    def formula_shape(self):
         cfg = self.cfg
-        F_ = cfg.d_state * self._FEATURE_MULT.get(self.options.feature_map, 1)
         P = self.value_total // cfg.n_heads + (1 if self.options.do_feature_map_norm else 0)
-        return cfg.n_layers * cfg.n_heads * F_ * P
+        return {"layers": cfg.n_layers, "heads": cfg.n_heads,
+                "key": cfg.d_state * self._FEATURE_MULT.get(self.options.feature_map, 1), "value": P}
+
+    def shape_overrides(self, term, value):
+        """``key`` = F: d_state = F / (the map's widening) and the value width that keeps S
+        (``heads`` as every fla layer)."""
+        if term != "key":
+            return super().shape_overrides(term, value)
+        mult = self._FEATURE_MULT.get(self.options.feature_map, 1)
+        if value % mult:
+            return None
+        over = super().shape_overrides("key", value)
+        return over and {**over, "d_state": value // mult}
 
 
 @ADAPTERS.register("based")
@@ -120,6 +148,7 @@ class Based(_ConvFrontAdapter, layer="fla.layers.based.BasedLinearAttention",
 
     def check(self):
         cfg = self.cfg
+        self._no_value_dim()
         self._need_divisible("model.n_heads", cfg.n_heads, "d_model", cfg.d_model)
         if self.options.mode == "parallel" and cfg.d_state > 128:
             fail("model.d_state", cfg.d_state, "must be <= 128 for based's parallel kernel")
@@ -134,5 +163,14 @@ class Based(_ConvFrontAdapter, layer="fla.layers.based.BasedLinearAttention",
         return layer.num_heads * F_ * (layer.head_v_dim + 1)
 
     def formula_state(self):
+        return math.prod(self.formula_shape().values())
+
+    def formula_shape(self):
         N, cfg = self.cfg.d_state, self.cfg
-        return cfg.n_layers * cfg.n_heads * (1 + N + N * (N + 1) // 2) * (cfg.d_model // cfg.n_heads + 1)
+        return {"layers": cfg.n_layers, "heads": cfg.n_heads, "key": 1 + N + N * (N + 1) // 2,
+                "value": cfg.d_model // cfg.n_heads + 1}
+
+    def shape_overrides(self, term, value):
+        """None: S = F·(D + M) with the Taylor key F = 1 + N + N(N+1)/2, so at one S
+        neither the key nor the heads can change."""
+        return None

@@ -34,6 +34,12 @@ module; ``"final_norm": "adapter"``) and ``init_embedding`` (fixed embeddings;
 ``"embedding_init": "adapter"``).  An ``embedding_std`` class attribute (the older way to
 declare it) is read as ``wrapper["embedding_std"]``.
 
+The state's shape: ``state_shape()`` names the factors of ``state_size()`` in the layer's
+own terms, e.g. ``{"layers": Λ, "heads": M, "key": N, "value": P}`` (their product is S;
+None when the state grows with L or its shape is not known), and ``shape_overrides(term,
+value)`` the model-config overrides that set one term at the same S (``capacity --shapes``;
+:func:`realisable` keeps those whose built adapter has that S and that term).
+
 Subclass, decorate with ``@ADAPTERS.register("name")`` (in-tree) or declare an entry
 point in the ``recallbench.adapters`` group (third party).  Heavy libraries are imported
 inside methods, never at module import, so that a missing package shows up in
@@ -146,11 +152,74 @@ class Adapter:
         """How the state size is counted, for reports."""
         return self.state_formula
 
+    def state_shape(self) -> dict[str, int] | None:
+        """The factors of ``state_size()`` by name (their product is it), in the layer's own
+        terms, e.g. ``{"layers": Λ, "heads": M, "key": N, "value": P}``; None (the default)
+        when the state grows with L or its shape is not known."""
+        return None
+
+    def shape_overrides(self, term: str, value: int) -> dict[str, Any] | None:
+        """Model-config overrides (``d_state``, ``expand``, ``options``, ...) that set the
+        shape's ``term`` to ``value`` at this config's state size; None when this layer
+        cannot change that term (the default).  A candidate only: :func:`realisable`
+        builds it and keeps it when its state size and term are the ones asked for."""
+        return None
+
     def circuit(self, model: nn.Module):
         """The trained ``model`` as a one-layer linear recall circuit
         (:class:`recallbench.api.circuit.Circuit`, the paper's symbols), for
         ``recallbench probe``; None (the default) when the model is not one."""
         return None
+
+
+def shape_product(shape: Mapping[str, int] | None) -> int | None:
+    """The product of a state shape's terms (None for no shape)."""
+    return math.prod(int(v) for v in shape.values()) if shape else None
+
+
+def with_overrides(cfg: ModelConfig, overrides: Mapping[str, Any]) -> ModelConfig:
+    """``cfg`` with model-config ``overrides`` (``options`` merged key by key; a None option
+    removed), validated."""
+    import dataclasses
+
+    fields = dict(overrides)
+    options = dict(cfg.options)
+    for k, v in (fields.pop("options", None) or {}).items():
+        if v is None:
+            options.pop(k, None)
+        else:
+            options[k] = v
+    new = dataclasses.replace(cfg, **fields, options=options)
+    new.validate()
+    return new
+
+
+#: the values a shape term is tried at (:func:`realisable`): 1 to 2^12
+SHAPE_VALUES = tuple(range(1, 4097))
+
+
+def realisable(adapter: "Adapter", term: str) -> dict[int, ModelConfig]:
+    """The values of ``term`` the adapter's layer realises at its own state size S, each
+    with its model config: every ``shape_overrides(term, v)`` for v a divisor of S (at most
+    4096) whose built adapter validates, has state size S, and has ``term`` = v."""
+    state, shape = adapter.state_size(), adapter.state_shape()
+    if not state or not shape or term not in shape:
+        return {}
+    out: dict[int, ModelConfig] = {}
+    for v in SHAPE_VALUES:
+        if v > state:
+            break
+        overrides = adapter.shape_overrides(term, v) if state % v == 0 else None
+        if overrides is None:
+            continue
+        try:
+            cfg = with_overrides(adapter.cfg, overrides)
+            other = type(adapter)(cfg)
+            if other.state_size() == state and (other.state_shape() or {}).get(term) == v:
+                out[v] = cfg
+        except (ConfigError, ValueError, AssertionError):  # a layer's own refusal
+            continue
+    return out
 
 
 def make_norm(kind: str | None, d_model: int, eps: float | None) -> nn.Module:
