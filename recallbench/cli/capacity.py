@@ -5,39 +5,23 @@ its capacity card (docs/capacity.md).
     recallbench capacity --factory mypkg.layers:make_mixer --state-size 512 --d-model 32 \\
         --out cards/mine
     recallbench capacity ... --dry-run      # the plan and an ETA from measured step times
+    recallbench capacity ... --shapes key=4,8,16,32   # a card per state shape at the same S
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
 from pathlib import Path
 
 from recallbench.api.errors import ConfigError
+from recallbench.cli import capacity_shapes
+from recallbench.cli.capacity_args import factory as _factory
+from recallbench.cli.capacity_args import state_size as _state_size
 
 # TRAIN: every card's protocol
 from recallbench.runs.capacity import EXPECTED_CELLS, MAX_STEP_RANGE, TRAIN
-
-#: the largest --state-size, 10^15 (beyond any model's: 2^16 D x 2^16 N x 1024 layers x 64)
-MAX_STATE_SIZE = 10**15
-
-
-def _state_size(text: str) -> int:
-    """--state-size: a positive integer (written 512 or 5e5), at most MAX_STATE_SIZE."""
-    try:
-        value = int(text)
-    except ValueError:
-        try:
-            x = float(text)
-            value = int(x) if x.is_integer() else None  # not nan, inf or 2.5
-        except ValueError:
-            value = None
-    if value is None or not 1 <= value <= MAX_STATE_SIZE:
-        raise argparse.ArgumentTypeError(  # argparse cuts its error to about 100 characters
-            f"{text[:24]!r} is not allowed: an integer in [1, 10^15]")
-    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -109,6 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="writes card.json, card.md and card.png there")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan and an ETA from measured step times; train nothing")
+    capacity_shapes.add_argument(p)
 
 
 def _seeds(text: str) -> list[int]:
@@ -120,42 +105,6 @@ def _seeds(text: str) -> list[int]:
         raise ConfigError(f"--seeds {text[:40]!r} is not allowed: distinct integers >= 0, "
                           "comma-separated (for example 0,1)")
     return seeds
-
-
-def _factory(spec: str, state_size: int | None, name: str | None = None):
-    """Import MODULE:CALLABLE and register it as the run's mixer factory; (adapter, options),
-    the options naming the layer ``name`` (default: the callable's name)."""
-    from recallbench.pytest_plugin.factory import FACTORY_ADAPTER, check_name, register_factory
-
-    module, _, attr = spec.partition(":")
-    if not module or not attr:
-        raise ConfigError(f"--factory {spec[:80]!r} is not allowed: MODULE:CALLABLE")
-    try:
-        obj = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
-            raise ConfigError(f"--factory {spec[:80]!r}: cannot import it: no module named "
-                              f"{exc.name[:80]!r} on the import path; add the folder that "
-                              "holds it to PYTHONPATH (PYTHONPATH=. for the current folder) "
-                              "or install its package") from None
-        raise ConfigError(f"--factory {spec[:80]!r}: cannot import it ({exc})") from None
-    except Exception as exc:  # noqa: BLE001 - the module's own error at import, in one line
-        why = (str(exc).splitlines() or [""])[0][:200]
-        raise ConfigError(f"--factory {spec[:80]!r}: cannot import it "
-                          f"({type(exc).__name__}: {why})") from None
-    try:
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except AttributeError as exc:
-        raise ConfigError(f"--factory {spec[:80]!r}: cannot import it ({exc})") from None
-    if not callable(obj):
-        raise ConfigError(f"--factory {spec[:80]!r} is not callable")
-    if name is None:
-        name = attr
-        check_name(name, f"--factory {spec[:80]!r}: give --name, its callable's name")
-    check_name(name, "--name")
-    return FACTORY_ADAPTER, {"factory": register_factory(obj), "state_size": state_size,
-                             "name": name}
 
 
 def _settle(args) -> None:
@@ -329,6 +278,8 @@ def command(args) -> int:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {args.out[:160]} exists and is not a directory")
     base = base_config(args)
+    if getattr(args, "shapes", None):
+        return capacity_shapes.command(args, base, seeds, workers, out)
     if args.dry_run:
         return _dry_run(args, base, seeds)
     store = Path(args.store) if args.store else out / "store"

@@ -4,6 +4,7 @@
     card["n50"]      # {"value", "ci", "bound"}: N_f recalled at half the queries above the guess
     card["s_eff"]    # the linear reference's state with the same N50 (and card["ratio"] = S_eff/S)
     card["status"]   # "measured", "bound" or "no recall"
+    card["state_shape"]  # beside card["state_size"]: {"layers", "heads", "key", "value"} or None
 
 ``records``: result records of one model configuration on MQAR (L = 4·N_f, one V), any
 number of N_f and seeds.  Each run enters the fit (:func:`recallbench.law.runfit.fit_runs`):
@@ -15,10 +16,13 @@ one-parameter law fit stays beside it with its misfit: its slope in ln N_f at N5
 the fitted one.  **Measured** when a cell's median run lies on each side of q = 1/2, at
 least :data:`MIN_OBSERVED` runs are uncensored, and the N50 interval spans at most
 :data:`MAX_SPREAD`; else a **bound** on the side the cells leave open, or **no recall**
-when no run is above its guess.
+when no run is above its guess.  The state's shape (the adapter's ``state_shape()``, whose
+product is S) stands beside S; None when the adapter does not know it.
 """
 from __future__ import annotations
 
+import functools
+import json
 import math
 from typing import Any, Iterable, Mapping
 
@@ -61,6 +65,34 @@ def run_entry(r: Mapping) -> dict:
     return {**out, "accuracy": r["correct"] / r["total"], "correct": int(r["correct"]),
             "total": int(r["total"]), "units": units, "guess": g, "converged": not capped,
             "kind": KINDS[int(kind)]}
+
+
+def state_shape(record: Mapping) -> dict | None:
+    """The state shape of a record's model: the record's own ``state_shape`` if it has one,
+    else its adapter's at the record's model config; None when the adapter cannot be built
+    here or its shape does not multiply to the record's state size."""
+    shape = record.get("state_shape")
+    if shape is None:
+        shape = _adapter_shape(json.dumps(record["config"]["model"], sort_keys=True))
+    state = record.get("state_size")
+    if not shape or not state or math.prod(shape.values()) != state:
+        return None
+    return dict(shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _adapter_shape(model_json: str) -> dict | None:
+    from recallbench.api.config import ModelConfig
+    from recallbench.api.errors import ConfigError
+    from recallbench.api.registry import ADAPTERS
+
+    try:
+        model = json.loads(model_json)
+        cls = ADAPTERS.require(model["adapter"])
+        shape = cls(ModelConfig(**model)).state_shape()
+    except (ConfigError, TypeError, KeyError, ValueError, ImportError):
+        return None
+    return {str(k): int(v) for k, v in shape.items()} if shape else None
 
 
 def _cells(runs: list[dict]) -> list[dict]:
@@ -118,7 +150,8 @@ def build_run_card(records: Iterable[Mapping], *, delta: float = 0.01,
     card: dict[str, Any] = {
         "schema": CARD_SCHEMA, "model": model,
         "task": {k: v for k, v in task.items() if k not in ("num_facts", "seq_len")},
-        "state_size": state, "state_bits": bits, "level": level, "runs": runs,
+        "state_size": state, "state_shape": state_shape(first), "state_bits": bits,
+        "level": level, "runs": runs,
         "cells": _cells(runs), "work_mtok": sum(r["work"] for r in runs) / 1e6,
         "cpu_s": sum(r["cpu_s"] for r in runs), "wall_s": sum(r["wall_s"] for r in runs),
         "provenance": {k: first.get(k) for k in ("versions", "device", "adapter_source", "cpu")

@@ -3,7 +3,8 @@
 Reads the JSON-ready card only.  The headline is what the cells bracket, N50 and the
 S_eff/S anchored there; a bound is printed as ≥ or ≤ with its reason and never as a
 measurement; far extrapolations (N_f* at 1 − δ) are not printed; the one-parameter law's
-misfit is shown beside the fit.  :func:`cite` is one line a paper can quote.
+misfit is shown beside the fit; the state's shape stands beside S (:func:`shape_text`).
+:func:`cite` is one line a paper can quote.
 """
 from __future__ import annotations
 
@@ -24,6 +25,15 @@ def layer_name(card: Mapping) -> str:
     return text + (f" Λ={m['n_layers']}" if (m.get("n_layers") or 1) > 1 else "")
 
 
+def shape_text(shape: Mapping | None) -> str:
+    """A state shape as "heads 2 × key 4 × value 32" (layers and heads left out at 1); ""
+    for none."""
+    if not shape:
+        return ""
+    terms = [f"{k} {v}" for k, v in shape.items() if not (k in ("layers", "heads") and v == 1)]
+    return " × ".join(terms) or "1"
+
+
 def _value(entry: Mapping | None, bound: str | None) -> str:
     if not entry:
         return "–"
@@ -41,7 +51,8 @@ def headline(card: Mapping) -> str:
     state = card.get("state_size") or ((card.get("model") or {}).get("options") or {}).get(
         "state_size")
     shown = (f"{state:.0f}" if float(state).is_integer() else num(state)) if state else None
-    name = f"{layer_name(card)}, S = {shown or 'grows with L'}"
+    shape = shape_text(card.get("state_shape"))
+    name = f"{layer_name(card)}{f' [{shape}]' if shape else ''}, S = {shown or 'grows with L'}"
     status, n50 = card.get("status"), card.get("n50") or {}
     if status == "no recall":
         return f"{name}: {card.get('why')}; N50 {_value(n50, 'upper')}"
@@ -101,6 +112,7 @@ def render_markdown(card: Mapping, figure: str | None = None, version: str | Non
     state = card.get("state_size")
     lines += ["| quantity | value |", "|---|---|",
               f"| state S (scalars) | {num(state) if state else 'grows with L'} |",
+              f"| state shape | {shape_text(card.get('state_shape')) or '–'} |",
               f"| N50 (half the queries above the guess) | {_value(card.get('n50'), (card.get('n50') or {}).get('bound'))} |",
               f"| S_eff (linear reference with this N50) | {_value(card.get('s_eff'), (card.get('n50') or {}).get('bound'))} |",
               f"| S_eff / S | {_value(card.get('ratio'), (card.get('n50') or {}).get('bound'))} |",
