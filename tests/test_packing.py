@@ -45,17 +45,18 @@ def test_split_tasks_in_this_process_make_the_search_record():
 
 @pytest.mark.slow
 def test_split_search_equals_the_one_process_search():
-    """A search with a limit, its candidates in two workers at once, then the chosen one
+    """A search with a limit, its candidates in four workers at once, then the chosen one
     extended where it was kept: the record lr_search makes in one process, field by field
     (the lr 1e-7 stays at the guess level, so the choice is not a tie)."""
     cfgs = [config(s, lr=[1e-7, 3e-2, 1e-2], max_steps=10, max_steps_limit=40) for s in (0, 1)]
     alone = [run(c) for c in cfgs]
-    ex = packing.Packed(workers=2, say=None)
+    ex = packing.Packed(workers=4, say=None)  # more slots than runs: split
     try:
         got = dict(ex.run(cfgs))
     finally:
         ex.close()
     assert sorted(got) == [0, 1]
+    assert (ex.tasks["candidate"], ex.tasks["finish"]) == (6, 2)  # split: 2 runs x 3 lrs
     for i, rec in got.items():
         assert rec["status"] == "ok", rec.get("error")
         assert trained_fields(rec) == trained_fields(alone[i])
@@ -74,6 +75,7 @@ def test_a_failing_run_fails_alone_and_the_pool_goes_on():
     ex = packing.Packed(workers=2, say=None)
     try:
         got = dict(ex.run([good, bad]))
+        assert ex.tasks == {"whole": 2}  # as many runs as workers: whole runs
         pids = sorted(w.pid for w in ex.pool.workers)
         again = dict(ex.run([config(2, lr=0.01, max_steps=5)]))
         assert sorted(w.pid for w in ex.pool.workers) == pids  # kept, not restarted
@@ -124,7 +126,7 @@ def test_budget_spent_stops_the_batch():
 
     cfgs = [config(s, lr=[3e-2, 1e-2], max_steps=4000, max_steps_limit=8000,
                    early_stop=None, patience=1000) for s in (0, 1)]
-    ex = packing.Packed(workers=2, say=None)
+    ex = packing.Packed(workers=3, say=None)
     t0 = time.monotonic()
     try:
         with pytest.raises(BudgetSpent):

@@ -16,8 +16,8 @@ same search is split into tasks that may run in different workers at once:
 
 A record's ``cpu_s`` is the CPU time of its tasks (warm-ups excluded), ``wall_s`` is
 filled in by the driver (first task's start to the record).  :func:`warm` trains one step
-and one validation of a shape once per worker, so that kernels compiled or autotuned on
-first use (Triton) are not timed in the runs, which then reuse them.
+and one validation of a shape once per worker on a GPU, so that kernels compiled or
+autotuned on first use (Triton) are not timed in the runs, which then reuse them.
 """
 from __future__ import annotations
 
@@ -66,12 +66,13 @@ def shape_of(cfg) -> str:
 
 
 def warm(cfg, device) -> float:
-    """One training step and one validation of ``cfg``'s shape, once per worker; seconds."""
+    """One training step and one validation of ``cfg``'s shape, once per worker on a GPU
+    (on a CPU nothing is compiled on first use); seconds."""
     from recallbench.api.registry import ADAPTERS
     from recallbench.harness.single import train_one
 
     key = shape_of(cfg)
-    if key in _WARM or not getattr(ADAPTERS.require(cfg.model.adapter), "trainable", True):
+    if device.type != "cuda" or key in _WARM or not getattr(ADAPTERS.require(cfg.model.adapter), "trainable", True):
         return 0.0
     t0 = time.perf_counter()
     lr = cfg.train.lr[0] if isinstance(cfg.train.lr, list) else cfg.train.lr

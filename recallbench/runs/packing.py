@@ -11,14 +11,15 @@ run's device parts (:func:`recallbench.harness.resources.estimate`; K members' f
 batched as an ensemble), and on every device the host's available memory over a worker's
 interpreter (:data:`PROCESS_BYTES`, an allowance) plus the run's host parts.
 
-**Tasks.**  A learning-rate search with ``train.max_steps_limit`` (every card's protocol,
-which the batched ensemble cannot train) becomes one task per candidate, run in different
-workers at once, then a finish task in the worker that holds the chosen one (its extension,
+**Tasks.**  While a batch has fewer runs than the plan allows at once, a learning-rate
+search with ``train.max_steps_limit`` (every card's protocol, which the batched ensemble
+cannot train) becomes one task per candidate, run in different workers at once, then a finish task in the worker that holds the chosen one (its extension,
 test and record; :mod:`recallbench.runs.packed_tasks`): the same record as ``lr_search``
 trains in one process, up to ``wall_s`` and ``cpu_s`` (``tests/test_packing.py``).  Any
 other run is one task (``train.run``: a search without a limit is batched there where the
-layer vmaps).  A worker warms each model shape once (one step and one validation, untimed
-in the records) and is kept, with its compiled kernels, for every later batch of the card.
+layer vmaps).  A worker training on a GPU warms each model shape once (one step and one
+validation, untimed in the records: Triton compiles and autotunes on first use); every
+worker is kept, with what it compiled, for every later batch of the card.
 
 A worker that dies fails the runs it was training or holding (failed records, the other
 runs go on) and is replaced.  ``run_cell(configs, limit)``: tasks run under the
@@ -130,6 +131,7 @@ class _Run:
     train_s: float = 0.0
     cpu_s: float = 0.0
     done: bool = False
+    split: bool = False  # trained as one task per candidate
 
 
 class Packed:
@@ -142,15 +144,20 @@ class Packed:
         self.plan_kw = plan_kw or {}
         self.pool = None
         self.plan: Plan | None = None
+        self.tasks: dict[str, int] = {}  # tasks submitted, by kind
         self._said = None
+
+    def _submit(self, w, task, func, args) -> None:
+        self.tasks[task[1]] = self.tasks.get(task[1], 0) + 1
+        self.pool.submit(w, task, func, args, None)
 
     def _admit(self, cfgs) -> int:
         p = plan(cfgs, **self.plan_kw)
         if self.workers is not None:
             p = dataclasses.replace(p, runs=self.workers, bound="--workers")
         self.plan = p
-        if self.say is not None and p.line() != self._said:
-            self._said = p.line()
+        if self.say is not None and (p.runs, p.bound, p.wanted) != self._said:
+            self._said = (p.runs, p.bound, p.wanted)
             self.say(p.line())
         if self.pool is None:
             import multiprocessing
@@ -176,8 +183,10 @@ class Packed:
         allowed = self._admit([r.cfg for r in runs])
         pool = self.pool
         todo: deque = deque()
+        spread = len(runs) < allowed  # whole runs would leave workers idle: split them
         for i, r in enumerate(runs):
-            if split(r.cfg):
+            r.split = spread and split(r.cfg)
+            if r.split:
                 r.left = len(r.cfg.train.lr)
                 r.entries = [None] * r.left
                 todo += [(i, "candidate", j) for j in range(r.left)]
@@ -196,7 +205,7 @@ class Packed:
             r.done = True
             for j, w in r.holders.items():
                 drops.setdefault(id(w), []).append(key(i, j))
-            if record.get("status") == "ok" and split(r.cfg):  # its tasks' time
+            if record.get("status") == "ok" and r.split:  # its tasks' time
                 record["wall_s"] = round(time.perf_counter() - r.start, 3)
                 record["cpu_s"] = round(r.cpu_s + float(record.get("cpu_s") or 0.0), 3)
             return i, record
@@ -213,11 +222,11 @@ class Packed:
                         i = finish[id(w)].popleft()
                         r = runs[i]
                         b = choose(r.entries)
-                        pool.submit(w, (i, "finish", b), T.finish,
-                                    (r.raw, key(i, b), r.entries, b, r.train_s, self.threads,
-                                     limit), None)
+                        self._submit(w, (i, "finish", b), T.finish,
+                                     (r.raw, key(i, b), r.entries, b, r.train_s, self.threads,
+                                      limit))
                     elif drops.get(id(w)):
-                        pool.submit(w, (None, "drop", None), T.drop, (drops.pop(id(w)),), None)
+                        self._submit(w, (None, "drop", None), T.drop, (drops.pop(id(w)),))
                     else:
                         while todo and runs[todo[0][0]].done:  # a run failed already
                             todo.popleft()
@@ -228,8 +237,8 @@ class Packed:
                             runs[i].start = time.perf_counter()
                         args = ((runs[i].raw, j, key(i, j), self.threads, limit)
                                 if kind == "candidate" else (runs[i].raw, self.threads, limit))
-                        pool.submit(w, task, T.candidate if kind == "candidate" else T.whole,
-                                    args, None)
+                        self._submit(w, task, T.candidate if kind == "candidate" else T.whole,
+                                     args)
                 out = []
                 for kind, w, value in pool.wait():
                     i, what, j = w.key or (None, None, None)
