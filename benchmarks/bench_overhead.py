@@ -22,7 +22,9 @@ repetitions, each a fresh process where a process is what is timed):
 3. the default run's whole process against its ``train_s``.
 
 ``--run-set KEY=VALUE`` (repeatable) changes the "default" run, ``--steps SHORT LONG`` the
-per-step runs; both only to keep a smoke test short.
+per-step runs; both only to keep a smoke test short.  ``--shares-only [--device cuda]``
+prints instead where a tiny model's step goes (``benchmarks/step_shares.py``: Lightning
+against a plain loop, the phases, operator calls and launches, the validations' share).
 """
 from __future__ import annotations
 
@@ -110,7 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--run-set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--steps", type=int, nargs=2, default=(50, 250), metavar=("SHORT", "LONG"))
+    ap.add_argument("--shares-only", action="store_true",
+                    help="only where a tiny model's step goes (step_shares.py)")
+    ap.add_argument("--device", default="cpu", help="--shares-only: cpu or cuda")
     args = ap.parse_args(argv)
+    if args.shares_only:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import step_shares
+
+        return step_shares.main(["--device", args.device, "--reps", str(args.reps)]
+                                + [a for s in args.run_set for a in ("--set", s)])
     short, long = args.steps
     py = sys.executable
     one_step = ["train.max_steps=1", "train.val_size=64", "train.test_size=128"]
