@@ -51,7 +51,9 @@ AUTO_LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 MAX_LRS = 16
 #: train keys left out of the resolved config (and so of its hash) while they are null:
 #: keys added after the first records, whose null is the behaviour of those records
-OMITTED_WHEN_NULL = ("patience", "max_steps_limit", "recipe")
+OMITTED_WHEN_NULL = ("patience", "max_steps_limit", "recipe", "lr_rung")
+#: the allowed ``train.lr_rung`` (a fraction of ``max_steps``, open at both ends)
+LR_RUNG_RANGE = (0.0, 1.0)
 LR_FORMS = (f"a number > 0, a list of 1 to {MAX_LRS} numbers > 0, or auto "
             f"(the log grid {', '.join(f'{x:g}' for x in AUTO_LRS)})")
 
@@ -134,9 +136,18 @@ class TrainConfig:
     #: code's linear recipe; keys set explicitly win over it.  Null (the default, left out
     #: of the resolved config and its hash): recallbench's own recipe, the defaults above
     recipe: str | None = None
+    #: an lr search by successive halving (:mod:`recallbench.harness.lr_halving`): every
+    #: candidate trains this fraction of ``max_steps`` (under the full run's schedule), only
+    #: the best by validation goes on; at its cap a run extends only if it was still
+    #: improving before its anneal.  Null (the default, left out of the resolved config and
+    #: its hash): every candidate trains to ``max_steps``, extension as documented above
+    lr_rung: float | None = None
 
     def validate(self) -> None:
         check_recipe(self.recipe)
+        if self.lr_rung is not None and not LR_RUNG_RANGE[0] < self.lr_rung < LR_RUNG_RANGE[1]:
+            fail("train.lr_rung", self.lr_rung,
+                 "a fraction of train.max_steps in (0, 1), or null")
         check_limit("train.max_steps", self.max_steps, 0)
         if self.max_steps_limit is not None:
             check_limit("train.max_steps_limit", self.max_steps_limit, self.max_steps,

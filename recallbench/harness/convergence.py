@@ -55,6 +55,15 @@ stricter margin errs on the honest side.  Real learning leaves the guess level b
     >>> g.left_guess, g.wait, [g.add(s, 0.6, total=1024) for s in (175, 200, 225)]
     (False, 0, [False, False, True])
 
+**Improving before the anneal** (:meth:`History.improving_before`, used at a cap when
+``train.lr_rung`` is set): a run whose accuracy still rises at its cap may owe that rise to
+the cosine anneal alone, which any cap ends with; doubling the cap (a warm restart) buys
+only what more steps at the peak learning rate buy.  The evidence for that is the gain of
+the last window (``patience`` validations, :data:`PLATEAU_WINDOW` when null) before the
+anneal began.  The run is judged still improving when that gain exceeds both the
+resolution and what the anneal added since; a run not yet off the guess level at the
+anneal's start, or with fewer validations before it than a window, is judged improving.
+
 The guess level is used only where patience is set: with null patience nothing counts
 patience, and the cap's plateau judgment (:data:`PLATEAU_WINDOW`) stays that of the records
 made before the guess level existed, so their ``converged`` keeps its meaning.
@@ -98,6 +107,8 @@ class History:
         self.reference = -1.0  # best accuracy that counted as an improvement
         self.wait = 0  # validations since it (counted once the guess level is left)
         self.stop_reason: str | None = None  # "early_stop" | "plateau" | None (not stopped)
+        self.left_at: int | None = -1 if self.left_guess else None  # step it left the guess
+        self.total: int | None = None  # validation queries of the latest validation
 
     def resolution(self, total: int | None) -> float:
         """The smallest gain over the best accuracy so far that counts: its binomial
@@ -122,8 +133,9 @@ class History:
         """Record a validation of ``total`` queries; True when the run should stop now."""
         self.points.append((step, accuracy))
         counting = self.left_guess  # the validation that leaves the guess level starts the wait
+        self.total = total
         if not counting and accuracy > self.guess_threshold(total):
-            self.left_guess = True
+            self.left_guess, self.left_at = True, step
         if accuracy > self.reference + self.resolution(total):
             self.reference, self.wait = accuracy, 0
         elif counting:
@@ -141,6 +153,21 @@ class History:
             return True
         window = self.patience if self.patience is not None else PLATEAU_WINDOW
         return bool(self.points) and self.wait >= window
+
+    def improving_before(self, anneal_start: int) -> bool:
+        """Whether the last window of validations at or before ``anneal_start`` raised the
+        best accuracy by more than the resolution and than the validations after it did
+        (the module's docstring); True where that cannot be judged."""
+        window = self.patience if self.patience is not None else PLATEAU_WINDOW
+        before = [a for s, a in self.points if s <= anneal_start]
+        if len(before) <= window or self.left_at is None or self.left_at > anneal_start:
+            return True
+        at_start = max(before)
+        flat_gain = at_start - max(before[:-window])
+        anneal_gain = max(a for _, a in self.points) - at_start
+        p = min(max(at_start, 0.0), 1.0)
+        res = max(MIN_DELTA, math.sqrt(p * (1 - p) / self.total)) if self.total else MIN_DELTA
+        return flat_gain > max(res, anneal_gain)
 
     def steps_to(self) -> dict[str, int | None]:
         """First validation step at which the accuracy reached each of :data:`LEVELS`."""

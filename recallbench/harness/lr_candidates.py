@@ -24,14 +24,19 @@ def entry(lr: float, val_accuracy: float | None, steps: int, converged: bool,
             "converged": bool(converged), "error": error}
 
 
-def choose(entries: Sequence[dict]) -> int | None:
-    """Index of the best candidate: the highest validation accuracy, then fewer steps, then
-    the smaller lr; None when no candidate has an accuracy (all diverged)."""
+def ranked(entries: Sequence[dict]) -> list[int]:
+    """Indices of the candidates with an accuracy, best first: the highest validation
+    accuracy, then fewer steps, then the smaller lr."""
     ok = [i for i, e in enumerate(entries) if e["val_accuracy"] is not None]
-    if not ok:
-        return None
-    return max(ok, key=lambda i: (entries[i]["val_accuracy"], -entries[i]["steps"],
-                                  -entries[i]["lr"]))
+    return sorted(ok, key=lambda i: (entries[i]["val_accuracy"], -entries[i]["steps"],
+                                     -entries[i]["lr"]), reverse=True)
+
+
+def choose(entries: Sequence[dict]) -> int | None:
+    """Index of the best candidate (:func:`ranked`); None when no candidate has an
+    accuracy (all diverged)."""
+    order = ranked(entries)
+    return order[0] if order else None
 
 
 def searched_record(record: dict, cfg: RunConfig, entries: list[dict], train_s: float) -> dict:

@@ -24,6 +24,8 @@ lr window (Okpekpe & Orvieto, 2025), and Zoology and MAD-lab keep the best of a 
   the guess).  The chosen candidate's ``lr_search`` entry then holds its extended run (its
   best validation accuracy can only rise; its added steps may lose a tie it won at the cap:
   ``leaderboard.protocol`` checks it against that).  A search with a limit trains one by one (the ensemble does not extend).
+* **Halving** (``train.lr_rung``): the candidates are compared early and only the best
+  trains on (:mod:`recallbench.harness.lr_halving`).
 * **Test**: only the chosen model is scored on the test set.
 * **Record**: the chosen candidate's record (accuracy, steps, convergence, ``lr``) with the
   search's own config and hash (the list is part of the config: another search is another
@@ -58,6 +60,10 @@ def run_search(cfg: RunConfig, device: torch.device, show: bool,
     from recallbench.harness.ensemble import EnsembleError, run_ensemble
     from recallbench.harness.module import DivergedError
 
+    if cfg.train.lr_rung is not None:  # successive halving trains one by one
+        from recallbench.harness.lr_halving import run_halving
+
+        return run_halving(cfg, device, show, weights, report)
     cands = candidates(cfg)
     required = batched is True  # asked for; chosen by memory alone, it falls back one by one
     if cfg.train.max_steps_limit is not None:

@@ -43,7 +43,14 @@ recorded accuracy.
 trained without a limit and stopped at its cap goes on under a new Trainer from its
 checkpoint (weights, AdamW and scheduler state, data position), its steps counted from
 ``step_offset``; the cap then doubles exactly as :meth:`_extend` doubles it, so the
-continued run is, step for step, the run that had the limit from the start.
+continued run is, step for step, the run that had the limit from the start.  A run
+**paused** before its cap (``pause_at``: an lr search's rung, :mod:`~recallbench.harness.lr_halving`)
+stops after that step's validation with its checkpoint and goes on the same way, its cap
+unchanged: the run it would have been unpaused.
+
+**Judged before the anneal** (``train.lr_rung`` set): at a cap the run extends only if, besides
+not having converged, its steps before the anneal were still buying accuracy
+(:meth:`History.improving_before`), not only its anneal.
 """
 from __future__ import annotations
 
@@ -91,7 +98,9 @@ class RecallModule(LightningModule):
         self.limit = train.max_steps_limit  # None: no extension
         self.extended = 0  # doublings of the cap
         self.step_offset = 0  # steps done before this Trainer (a continued run)
-        self._resume_state: tuple[dict, dict] | None = None  # (optimizer, scheduler) to load
+        self.pause_at: int | None = None  # stop after this step's validation (a pause)
+        # (optimizer, scheduler, whether the cap doubles) to load at the next fit
+        self._resume_state: tuple[dict, dict, bool] | None = None
         self._shown = True  # whether a progress bar shows the logged values (on_fit_start)
         # told after every step (``after_step``: a clock check, it writes every few seconds)
         self.report = report  # a recallbench.runs.progress.RunReport, or None
@@ -134,6 +143,8 @@ class RecallModule(LightningModule):
             acc = self.validate(step)
             if self._shown:
                 self.log("val_accuracy", acc, prog_bar=True, logger=False)
+        if step == self.pause_at:
+            self.trainer.should_stop = True
         if self.report is not None:
             self.report.after_step(step, self.cap, self.last_val)
 
@@ -185,10 +196,30 @@ class RecallModule(LightningModule):
             self.trainer.should_stop = True
         return acc
 
+    def paused(self, steps: int) -> bool:
+        """Whether the run, ``steps`` in, stopped at its pause (not at a stop of its own)."""
+        return steps == self.pause_at and self.history.stop_reason is None and steps < self.cap
+
+    def anneal_start(self) -> int:
+        """The first step of the current cap's cosine decay."""
+        return self.cap - int(round(self.train_cfg.decay_frac * self.cap))
+
+    def converged(self) -> bool:
+        """The History's judgment; with ``train.lr_rung`` set, also converged when the
+        steps before the anneal bought no more than the anneal (:meth:`History.improving_before`)."""
+        if self.history.converged():
+            return True
+        judged = self.train_cfg.lr_rung is not None and self.last_val_step == self.cap
+        return judged and not self.history.improving_before(self.anneal_start())
+
+    def summary(self, trainable: bool = True) -> dict:
+        """The record's convergence fields (:meth:`History.summary`, :meth:`converged`)."""
+        out = self.history.summary(trainable)
+        return {**out, "converged": out["converged"] or (trainable and self.converged())}
+
     def extends(self) -> bool:
         """Whether the run, at its cap, goes on: a limit above the cap, not converged."""
-        return (self.limit is not None and self.cap < self.limit
-                and not self.history.converged())
+        return (self.limit is not None and self.cap < self.limit and not self.converged())
 
     def _extend(self) -> bool:
         """At the cap: double it (at most to the limit) when the run has not converged;
@@ -207,16 +238,18 @@ class RecallModule(LightningModule):
             group["lr"] = base * fn(sched.last_epoch)
 
     def resume(self, train: TrainConfig, steps: int, optimizer: dict, scheduler: dict) -> None:
-        """Go on from a checkpoint at the cap, ``steps`` steps in, under ``train``'s limit
-        (at :meth:`configure_optimizers` of the next fit: AdamW's and the scheduler's state
-        are loaded, then the cap doubles as :meth:`_extend` would have doubled it)."""
-        if steps != self.cap:
-            raise ValueError(f"a run continues from its cap ({self.cap} steps), not {steps}")
+        """Go on from a checkpoint ``steps`` steps in, under ``train``'s limit (at
+        :meth:`configure_optimizers` of the next fit: AdamW's and the scheduler's state are
+        loaded; from the cap, the cap then doubles as :meth:`_extend` would have doubled it;
+        from a pause before it, the cap stays)."""
+        if steps > self.cap:
+            raise ValueError(f"a run continues from its cap ({self.cap} steps) or before, "
+                             f"not {steps}")
         self.train_cfg, self.limit = train, train.max_steps_limit
-        if not self.extends():
+        if steps == self.cap and not self.extends():
             raise ValueError("a run continues only while its limit allows and it improves")
         self.step_offset = steps
-        self._resume_state = (optimizer, scheduler)
+        self._resume_state = (optimizer, scheduler, steps == self.cap)
 
     def extension(self) -> dict:
         """The record's ``extended`` (doublings of the cap) and ``max_steps_reached`` (the
@@ -232,11 +265,12 @@ class RecallModule(LightningModule):
             opt, lambda step: warmup_flat_cosine(step, self.cap, cfg.warmup_frac,
                                                  cfg.decay_frac, self.paper_steps))
         if self._resume_state is not None:
-            opt_state, sched_state = self._resume_state
+            opt_state, sched_state, doubles = self._resume_state
             self._resume_state = None
             opt.load_state_dict(opt_state)
             sched.load_state_dict(sched_state)
-            self._double_cap(sched)
+            if doubles:
+                self._double_cap(sched)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def restore_best(self) -> None:

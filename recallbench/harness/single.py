@@ -5,7 +5,9 @@ and score it on the test set.  :func:`recallbench.harness.train.run` calls it fo
 A run trained with ``checkpoint=True`` and stopped at its cap keeps a :class:`Checkpoint`
 in memory; :func:`extend` continues it under ``train.max_steps_limit`` as if it had had the
 limit from the start (bit for bit: ``tests/test_extension.py``), so a search extends the
-candidate it chose without training its first ``max_steps`` steps again."""
+candidate it chose without training its first ``max_steps`` steps again.  A run trained
+with ``pause_at`` stops after that step with its :class:`Checkpoint`, and :func:`go_on`
+continues it as if it had never stopped (``tests/test_lr_halving.py``)."""
 from __future__ import annotations
 
 import contextlib
@@ -115,12 +117,16 @@ class Trained:
     checkpoint: Checkpoint | None = None  # kept at the cap when asked for (``extend``)
 
     @property
+    def paused(self) -> bool:
+        """Stopped at its pause, before its cap, with its checkpoint (:func:`go_on`)."""
+        return self.checkpoint is not None and self.module.paused(self.checkpoint.steps)
+
+    @property
     def val_accuracy(self) -> float | None:
         return self.module.best_val if self.module.best_state is not None else None
 
     def convergence(self) -> dict[str, Any]:
-        return {**self.module.history.summary(self.adapter.trainable),
-                **self.module.extension()}
+        return {**self.module.summary(self.adapter.trainable), **self.module.extension()}
 
     def save_weights(self, path: str | Path) -> None:
         """The model's ``state_dict`` to ``path``, written whole or not at all."""
@@ -189,11 +195,20 @@ def _set_rng_state(state: dict[str, torch.Tensor], device: torch.device) -> None
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
+def _kept(trainer, model, stream, steps: int, device: torch.device) -> Checkpoint:
+    return Checkpoint(steps, copy.deepcopy(model.state_dict()),
+                      copy.deepcopy(trainer.optimizers[0].state_dict()),
+                      trainer.lr_scheduler_configs[0].scheduler.state_dict(),
+                      stream.position(steps), _rng_state(device))
+
+
 def train_one(cfg: RunConfig, device: torch.device, show: bool,
-              checkpoint: bool = False, report=None) -> Trained:
+              checkpoint: bool = False, report=None, pause_at: int | None = None) -> Trained:
     """Train one learning rate; the best-validation weights are restored, the test set
     is not touched.  ``checkpoint``: keep the run's :class:`Checkpoint` if it stopped at
-    its cap (for :func:`extend`).  ``report``: told of every step (the module's hook)."""
+    its cap (for :func:`extend`).  ``report``: told of every step (the module's hook).
+    ``pause_at``: stop after that step (on the validation grid, before the cap), keeping
+    the checkpoint there (for :func:`go_on`), unless the run stopped of its own before."""
     from recallbench.harness.module import RecallModule
 
     tc = cfg.train
@@ -203,6 +218,7 @@ def train_one(cfg: RunConfig, device: torch.device, show: bool,
     draw = FreshSets(cfg.task, tc.val_size, tc.seed) if fresh_validation(tc.recipe) else None
     module = RecallModule(model, tc, guess=guess_of(cfg.task), val_set=dm.val_set,
                           val_draw=draw, report=report)
+    module.pause_at = pause_at
     train_s = 0.0
     steps = 0
     kept = None
@@ -216,11 +232,8 @@ def train_one(cfg: RunConfig, device: torch.device, show: bool,
             steps, train_s = _fit(trainer, module, loader)
         finally:
             module.report = None
-        if checkpoint and steps == module.cap:
-            kept = Checkpoint(steps, copy.deepcopy(model.state_dict()),
-                              copy.deepcopy(trainer.optimizers[0].state_dict()),
-                              trainer.lr_scheduler_configs[0].scheduler.state_dict(),
-                              stream.position(steps), _rng_state(device))
+        if module.paused(steps) or (checkpoint and steps == module.cap):
+            kept = _kept(trainer, model, stream, steps, device)
         module.restore_best()
     return Trained(cfg, adapter, model, module, dm.test_set, steps, train_s, kept)
 
@@ -266,3 +279,33 @@ def extend(t: Trained, limit: int, device: torch.device, report=None) -> Trained
         module.report = None
     module.restore_best()
     return Trained(cfg, t.adapter, t.model, module, t.test_set, steps, t.train_s + train_s)
+
+
+def go_on(t: Trained, device: torch.device, checkpoint: bool = False, report=None,
+          pause_at: int | None = None) -> Trained:
+    """Continue ``t``, stopped at its pause, to its cap (or to the next ``pause_at``): the
+    same weights, AdamW and scheduler state, data position and RNG, so that it is the run
+    ``t``'s config trains unpaused.  ``t`` is spent.  ``checkpoint``: as :func:`train_one`.
+    ValueError when ``t`` is not paused; DivergedError as training raises it."""
+    module, ck, tc = t.module, t.checkpoint, t.cfg.train
+    if not t.paused:
+        raise ValueError("only a run stopped at its pause goes on")
+    t.model.load_state_dict(ck.weights)
+    t.model.train()  # as it trained (validation and scoring leave it in eval mode)
+    module.resume(tc, ck.steps, ck.optimizer, ck.scheduler)
+    module.pause_at = pause_at
+    _set_rng_state(ck.rng, device)
+    module.report = report
+    stream = TrainStream(t.cfg.task, tc.batch_size, tc.seed, resume_from=ck.data)
+    loader = torch.utils.data.DataLoader(stream, batch_size=None)
+    end = tc.max_steps if tc.max_steps_limit is None else tc.max_steps_limit
+    trainer = _trainer(device, False, end - ck.steps, tc.grad_clip)
+    try:
+        steps, train_s = _fit(trainer, module, loader, ck.steps)
+    finally:
+        module.report = None
+    kept = (_kept(trainer, t.model, stream, steps, device)
+            if module.paused(steps) or (checkpoint and steps == module.cap) else None)
+    module.restore_best()
+    return Trained(t.cfg, t.adapter, t.model, module, t.test_set, steps, t.train_s + train_s,
+                   kept)
