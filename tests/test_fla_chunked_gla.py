@@ -47,7 +47,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()
 
 
-def _inputs(op: str, strength: float, seed: int = 0) -> tuple[list, dict]:
+def _inputs(op: str, strength: float, seed: int = 0, T: int = T) -> tuple[list, dict]:
     """Positional tensors (all differentiated, initial states included) and keyword flags of ``op``."""
     g = torch.Generator().manual_seed(seed)
 
@@ -138,6 +138,28 @@ def test_matches_the_naive_reference_in_float32_and_float64(op, strength, reques
     assert len(ours) == len(theirs64) >= 5
     assert all(t.dtype == torch.float64 for t in theirs64)
     assert all(a.dtype == torch.float32 for a in ours)
+    sens = sensitivity(lambda: _run(naive, args64, kw64, torch.float64), _tensors(args64, kw64))
+    assert_within(ours, theirs64, sens, C)
+
+
+@pytest.mark.parametrize("op", ["gla", "rwkv6", "gsa"])
+def test_factored_chunks_split_at_their_middle(op, request):
+    """Log-decays of 0.85-0.95 per step: a 64-step chunk decays by more than e^-LIMIT, each of its
+    halves by less, so the factored form takes chunks of 64 (its factors counted from the middle
+    step, none beyond e^±LIMIT), three over T = 150 with the state carried across; in float32
+    within C·eps32·cond of the naive recurrence in float64, values, states and gradients."""
+    chunked, naive = OPS[op]
+    args, kw = _inputs(op, 1.0, T=150)
+    i = 4 if op == "gsa" else 3  # the per-channel decays
+    args[i] = -(0.85 + 0.1 * torch.rand(args[i].shape, generator=torch.Generator().manual_seed(2)))
+    assert G.plan(args[i]) == (64, True)
+    halves = args[i][:, :64].abs().unflatten(1, (2, 32)).sum(2)
+    assert halves.amax() <= G.LIMIT < halves.sum(1).amin()
+    ours = _run(chunked, args, kw, torch.float32)
+    request.getfixturevalue("float64_references")
+    args64, kw64 = _double(args, kw)
+    theirs64 = _run(naive, args64, kw64, torch.float64)
+    assert all(torch.isfinite(t).all() for t in ours)
     sens = sensitivity(lambda: _run(naive, args64, kw64, torch.float64), _tensors(args64, kw64))
     assert_within(ours, theirs64, sens, C)
 

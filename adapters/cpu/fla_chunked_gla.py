@@ -5,10 +5,11 @@ Python; here a sequence is cut into chunks of C steps and each chunk is one set 
 batched matrix products (the form fla's own chunk kernels take):
 
 * within a chunk, o_i = Σ_{j≤i} (q_i ⊙ exp(D_ij)) · k_j v_jᵀ, where D_ij = Σ_{j<t≤i} g_t is the
-  log-decay between the two steps.  When no channel's Σ|g| within a chunk exceeds LIMIT,
-  exp(D_ij) = exp(G_i) · exp(−G_j) with G the cumulative decay since the chunk start, and
-  the chunk is two matrix products ("factored"; every factor within e^±LIMIT, far from
-  float32's range).  Otherwise (strong decays) D_ij is summed directly over (j, i] for each
+  log-decay between the two steps.  When no channel's Σ|g| within either half of a chunk
+  exceeds LIMIT, exp(D_ij) = exp(G_i − G_h) · exp(G_h − G_j) with G the cumulative decay since
+  the chunk start and h its middle step, and the chunk is two matrix products ("factored";
+  every factor within e^±LIMIT, far from float32's range; the pairs j > i, up to e^(2·LIMIT),
+  are masked after the product).  Otherwise (strong decays) D_ij is summed directly over (j, i] for each
   pair (a "segment sum", never a difference of two long cumulative sums) and set to −∞
   above the diagonal before exp, so no factor exceeds 1 however strong the decays; this
   costs a (C, C, D) tensor per chunk, so those chunks are short (KEY_CHUNK).  :func:`plan`
@@ -33,7 +34,7 @@ from . import fla_kernels as K
 KEY_CHUNK = 16  # steps per chunk with segment sums per channel (cost C·D per step)
 HEAD_CHUNK = 64  # steps per chunk with a scalar or no decay (cost C per step)
 FACTORED_CHUNKS = (64, 32, 16)  # chunk lengths tried for the factored per-channel form
-LIMIT = 40.0  # largest Σ|log-decay| within a chunk that the factored form takes: e^±40 ≈ 2e±17
+LIMIT = 40.0  # largest Σ|log-decay| within half a chunk that the factored form takes: e^±40 ≈ 2e±17
 
 
 # ---------------------------------------------------------------------------
@@ -106,39 +107,44 @@ def _intra(q, k, v, E, value_decay: bool) -> torch.Tensor:
 
 
 def _factors(g: torch.Tensor, strict: bool):
-    """The factored form's decays from one cumulative sum G of g over the chunk: ``up`` =
-    exp(G_i), or exp(G_i − g_i) when ``strict`` (the decay from the chunk start to step i, which
-    is also what the state entering the chunk takes to reach step i), ``down`` = exp(−G_j) and
-    ``total`` = exp(G_C), the whole chunk's decay (so exp(G_C − G_j), the decay from step j to
-    the chunk end, is total · down).  All within e^±LIMIT (see :func:`plan`)."""
+    """The factored form's decays from one cumulative sum G of g over the chunk, taken relative
+    to G_h at the chunk's middle step h = C//2 − 1: ``up`` = exp(G_i − G_h), or exp(G_i − g_i −
+    G_h) when ``strict``, ``down`` = exp(G_h − G_j), so that up_i · down_j is the decay from j to
+    i; ``start`` = exp(G_h), which turns ``up`` into the decay from the chunk start (what the state
+    entering the chunk takes to reach step i), and ``tail`` = exp(G_C − G_h), which turns ``down``
+    into the decay from step j to the chunk end; ``total`` = exp(G_C), the whole chunk's.  Each
+    factor within e^±LIMIT when neither half of the chunk decays by more (see :func:`plan`)."""
     G = g.cumsum(-2)
-    up = (G - g if strict else G).exp()
-    return up, (-G).exp(), G[..., -1:, :].exp()
+    h = G[..., G.shape[-2] // 2 - 1:G.shape[-2] // 2, :] if G.shape[-2] > 1 else torch.zeros_like(G)
+    up = (G - g - h if strict else G - h).exp()
+    last = G[..., -1:, :]
+    return up, (h - G).exp(), h.exp(), (last - h).exp(), last.exp()
 
 
 def _scan_factored(q, k, v, g, h0, final: bool, strict: bool, value_decay: bool, bonus):
     """:func:`gated_scan` in the factored form: the query-side and key-side products are made
-    once and serve both the within-chunk outputs and the state carried across chunks."""
-    up, down, total = _factors(g, strict)
+    once and serve both the within-chunk outputs and the state carried across chunks; RWKV-6's
+    bonus is the diagonal of the within-chunk matrix."""
+    up, down, start, tail, total = _factors(g, strict)
+    carry = not (q.shape[2] == 1 and h0 is None and not final)
     if value_decay:  # GSA's first pass: decays act on the value (slot) channels
         vd = v * down
         o = up * (torch.tril(q @ k.transpose(-1, -2), -int(strict)) @ vd)
-    else:
-        qu, kd = q * up, k * down
-        o = torch.tril(qu @ kd.transpose(-1, -2), -int(strict)) @ v
-    if bonus is not None:
-        o = o + (q * bonus * k).sum(-1, keepdim=True) * v
-    if q.shape[2] == 1 and h0 is None and not final:
-        return o, None
-    if value_decay:
-        kv = (k.transpose(-1, -2) @ vd) * total  # (…, K, V) · (…, 1, V)
+        if not carry:
+            return o, None
+        kv = (k.transpose(-1, -2) @ vd) * tail  # (…, K, V) · (…, 1, V)
         entering, S = _carry(kv, total, h0, final)
-        o = o + (q @ entering) * up
-    else:
-        kv = kd.transpose(-1, -2) @ v * total.transpose(-1, -2)  # (…, K, V) · (…, K, 1)
-        entering, S = _carry(kv, total.transpose(-1, -2), h0, final)
-        o = o + qu @ entering
-    return o, (S if final else None)
+        return o + (q @ entering) * (up * start), (S if final else None)
+    qu, kd = q * up, k * down
+    A = torch.tril(qu @ kd.transpose(-1, -2), -int(strict))
+    if bonus is not None:
+        A = A + torch.diag_embed((q * bonus * k).sum(-1))
+    if not carry:
+        return A @ v, None
+    kv = kd.transpose(-1, -2) @ v * tail.transpose(-1, -2)  # (…, K, V) · (…, K, 1)
+    entering, S = _carry(kv, total.transpose(-1, -2), h0, final)
+    o = torch.baddbmm(((qu * start) @ entering).flatten(0, 2), A.flatten(0, 2), v.flatten(0, 2))
+    return o.view(*A.shape[:-1], v.shape[-1]), (S if final else None)
 
 
 def _carry(kv: torch.Tensor, decay: torch.Tensor, h0: torch.Tensor | None, final: bool):
@@ -182,15 +188,18 @@ def gated_scan(q, k, v, g, h0=None, final=False, *, bonus=None, value_decay=Fals
 @torch.no_grad()
 def plan(g: torch.Tensor) -> tuple[int, bool]:
     """Chunk length and form for per-channel log-decays g (B, T, H, D): the longest of
-    FACTORED_CHUNKS over which no channel's Σ|g_t| within a chunk exceeds LIMIT, factored;
-    else KEY_CHUNK steps with segment sums (exact for any decay)."""
+    FACTORED_CHUNKS over which no channel's Σ|g_t| within either half of a chunk (split as
+    :func:`_factors` splits it) exceeds LIMIT, factored; else KEY_CHUNK steps with segment sums
+    (exact for any decay)."""
     T = g.shape[1]
     run = F.pad(g.detach().abs().double().cumsum(1).movedim(1, -1), (1, 0))  # Σ|g| before each step
     for C in FACTORED_CHUNKS:
+        C = _chunk_size(T, C)
         starts = torch.arange(0, T, C, device=g.device)
-        ends = (starts + C).clamp(max=T)
-        if (run[..., ends] - run[..., starts]).amax() <= LIMIT:
-            return _chunk_size(T, C), True
+        cuts = torch.cat((starts, (starts + max(C // 2, 1)).clamp(max=T))).unique()  # sorted
+        ends = torch.cat((cuts[1:], cuts.new_tensor([T])))
+        if (run[..., ends] - run[..., cuts]).amax() <= LIMIT:
+            return C, True
     return _chunk_size(T, KEY_CHUNK), False
 
 
