@@ -34,6 +34,13 @@ from pathlib import Path
 MODES = ("one", "today", "packed")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a bad flag told in one line (no usage block) and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
 def cell_configs(args) -> list[dict]:
     from recallbench.runs.capacity import TRAIN, cell_config
 
@@ -88,7 +95,7 @@ def measure(mode: str, cfgs: list[dict], args, tmp: Path, say) -> dict:
 
 
 def parse(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = Parser(prog=os.path.basename(__file__), description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu")
     p.add_argument("--adapter", default="linear-mamba")

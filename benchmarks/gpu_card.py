@@ -38,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_calls import ROOT, Ctx, read_jsonl, say  # noqa: E402  benchmarks/
+from kernel_parity import Parser  # noqa: E402  benchmarks/: a bad flag in one line
 
 BENCH = ROOT / "benchmarks"
 PY = [sys.executable]
@@ -104,7 +105,7 @@ def versions() -> dict:
 
 
 def parse(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = Parser(prog=os.path.basename(__file__), description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=os.environ.get("OUT"), help="results folder (default $OUT)")
     p.add_argument("--device", default="cuda")
