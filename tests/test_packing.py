@@ -50,7 +50,7 @@ def test_split_search_equals_the_one_process_search():
     (the lr 1e-7 stays at the guess level, so the choice is not a tie)."""
     cfgs = [config(s, lr=[1e-7, 3e-2, 1e-2], max_steps=10, max_steps_limit=40) for s in (0, 1)]
     alone = [run(c) for c in cfgs]
-    ex = packing.Packed(workers=4, say=None)  # more slots than runs: split
+    ex = packing.Packed(workers=4, say=None, spread=True)  # as on a GPU: split
     try:
         got = dict(ex.run(cfgs))
     finally:

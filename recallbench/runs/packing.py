@@ -11,7 +11,7 @@ run's device parts (:func:`recallbench.harness.resources.estimate`; K members' f
 batched as an ensemble), and on every device the host's available memory over a worker's
 interpreter (:data:`PROCESS_BYTES`, an allowance) plus the run's host parts.
 
-**Tasks.**  While a batch has fewer runs than the plan allows at once, a learning-rate
+**Tasks.**  On a GPU, while a batch has fewer runs than the plan allows at once, a learning-rate
 search with ``train.max_steps_limit`` (every card's protocol, which the batched ensemble
 cannot train) becomes one task per candidate, run in different workers at once, then a finish task in the worker that holds the chosen one (its extension,
 test and record; :mod:`recallbench.runs.packed_tasks`): the same record as ``lr_search``
@@ -68,8 +68,10 @@ class Plan:
 
 
 def split(cfg) -> bool:
-    """Whether a run trains as one task per learning-rate candidate (a search with a limit)."""
-    return isinstance(cfg.train.lr, list) and cfg.train.max_steps_limit is not None
+    """Whether a run may train as one task per learning-rate candidate: a search with a limit
+    (without ``train.lr_rung``, whose halving trains its candidates in one process)."""
+    return (isinstance(cfg.train.lr, list) and cfg.train.max_steps_limit is not None
+            and getattr(cfg.train, "lr_rung", None) is None)
 
 
 def run_bytes(cfg) -> tuple[int, int]:
@@ -139,12 +141,14 @@ class Packed:
     count instead of :func:`plan`'s; ``say``: told the plan's line when it changes."""
 
     def __init__(self, workers: int | None = None, threads: int = 1,
-                 say: Callable[[str], None] | None = print, plan_kw: dict | None = None):
+                 say: Callable[[str], None] | None = print, plan_kw: dict | None = None,
+                 spread: bool = False):
         self.workers, self.threads, self.say = workers, threads, say
         self.plan_kw = plan_kw or {}
         self.pool = None
         self.plan: Plan | None = None
         self.tasks: dict[str, int] = {}  # tasks submitted, by kind
+        self.spread = spread  # split searches on any device (tests)
         self._said = None
 
     def _submit(self, w, task, func, args) -> None:
@@ -183,7 +187,9 @@ class Packed:
         allowed = self._admit([r.cfg for r in runs])
         pool = self.pool
         todo: deque = deque()
-        spread = len(runs) < allowed  # whole runs would leave workers idle: split them
+        # whole runs would leave workers idle: split them, on a GPU (on a CPU the candidates
+        # take the cores whole runs would use; bench_packing.py measured no gain there)
+        spread = len(runs) < allowed and (self.plan.device.startswith("cuda") or self.spread)
         for i, r in enumerate(runs):
             r.split = spread and split(r.cfg)
             if r.split:
