@@ -131,16 +131,15 @@ def test_bench_overhead_prints_the_three_ratios_beside_the_times():
 
 
 @pytest.mark.slow
-def test_bench_capacity_prints_the_cpu_time_of_a_card(tmp_path):
-    """The designed model (nothing to train) at a small budget: every cell's row, the
-    card's status and the CPU minutes against the goal."""
+def test_bench_capacity_prints_both_protocols_and_their_ratio():
+    """The designed model (nothing to train) at a small budget: a row per protocol with its
+    CPU minutes and N50, their ratio, and the cells both cards trained."""
     out = bench("bench_capacity.py", "--adapter", "designed", "--d-model", "16",
-                "--d-state", "4", "--seeds", "0", "--store", str(tmp_path / "store"))
-    rows = [ln for ln in out.splitlines() if re.match(r"\s+\d+\s+\d+\s+[\d.]+\s", ln)]
-    assert len(rows) >= 3
-    assert re.search(r"status: (measured|bound)", out)
-    assert re.search(r"CPU time of the runs: [\d.]+ min \(goal 10 min", out)
-    assert (tmp_path / "store" / "results.jsonl").stat().st_size > 0
+                "--d-state", "4", "--seeds", "0")
+    rows = re.findall(r"^(old|new)\s+([\d.]+)\s+\d+\s+(\d+)\s", out, re.M)
+    assert [r[0] for r in rows] == ["old", "new"] and all(int(r[2]) >= 1 for r in rows)
+    assert re.search(r"CPU minutes new/old: [\d.]+", out)
+    assert re.search(r"cells in both cards: \d+, the same lr chosen in \d+", out)
 
 
 @pytest.mark.slow
