@@ -14,6 +14,9 @@ Programmers"):
 so S = d_k·d_v scalars per sequence (256 at ``key_dim`` 32, ``value_dim`` 8, or at 4 and
 64).  Shapes: x (B, L, D) → k, q (B, L, d_k), v (B, L, d_v), β (B, L, 1) → y (B, L, D).
 A step-by-step loop: slow at long L, exact, and independent of any library's kernel.
+fla's DeltaNet at the same S = 256 and each of these shapes (keys 4, 8, 16, 32; values
+64 down to 8) is ``recallbench capacity --adapter deltanet --d-model 32 --d-state 4
+--shapes key=4,8,16,32``, one card per shape.
 """
 from __future__ import annotations
 
