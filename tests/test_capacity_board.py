@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from recallbench import leaderboard as lb
-from recallbench.leaderboard import capacity_board as cb
+from recallbench.leaderboard.capacity import board as cb
 
 render_mod = importlib.import_module("recallbench.leaderboard.render")
 states_mod = importlib.import_module("recallbench.leaderboard.states")

@@ -128,6 +128,7 @@ def _small_v3(tmp_path):
     d = tmp_path / "cpu-v3"
     d.mkdir()
     data = yaml.safe_load((ROOT / "leaderboards" / "cpu-v3" / "suite.yaml").read_text())
+    data.pop("retired", None)  # an open suite with cpu-v3's recipe
     data["budgets"] = [b for b in data["budgets"] if b["name"] == "D32-N8"]
     data["train"].update(test_size=32, val_size=32)
     (d / "suite.yaml").write_text(yaml.safe_dump(data, allow_unicode=True))
@@ -135,7 +136,7 @@ def _small_v3(tmp_path):
 
 
 def test_a_capacity_suite_warns_or_refuses_stale_runs_before_any_search(tmp_path, monkeypatch):
-    from recallbench.leaderboard.capacity_suite import budget_base, run_capacity_suite
+    from recallbench.leaderboard.capacity.suite import budget_base, run_capacity_suite
 
     d, suite = _small_v3(tmp_path)
     base = budget_base(suite, "designed", suite.budgets[0])
@@ -162,7 +163,7 @@ def test_a_capacity_suite_warns_or_refuses_stale_runs_before_any_search(tmp_path
 def test_leaderboard_run_passes_refuse_stale_to_a_capacity_suite(cli, tmp_path, monkeypatch):
     """`leaderboard run --refuse-stale` reaches the capacity suite's check: exit 2, one
     refusing line per stale run, and no search started."""
-    from recallbench.leaderboard.capacity_suite import budget_base
+    from recallbench.leaderboard.capacity.suite import budget_base
 
     d, suite = _small_v3(tmp_path)
 

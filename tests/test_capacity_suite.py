@@ -11,7 +11,7 @@ import yaml
 from recallbench import leaderboard as lb
 from recallbench.api.canonical import config_hash
 from recallbench.api.errors import ConfigError
-from recallbench.leaderboard.capacity_suite import budget_base, run_capacity_suite
+from recallbench.leaderboard.capacity.suite import budget_base, run_capacity_suite
 from recallbench.leaderboard.submission import content_sha256
 from recallbench.runs import capacity
 
@@ -23,6 +23,7 @@ def _suite_copy(tmp: Path, **changes) -> Path:
     d = tmp / "cpu-v3"
     d.mkdir(parents=True, exist_ok=True)
     data = yaml.safe_load((V3 / "suite.yaml").read_text())
+    data.pop("retired", None)  # an open suite with cpu-v3's recipe
     data["budgets"] = [b for b in data["budgets"] if b["name"] == "D32-N8"]
     data.update(changes)
     data = {k: v for k, v in data.items() if v is not None}
@@ -161,8 +162,8 @@ def test_a_suite_s_search_settings_reach_its_search_and_cpu_v3_has_none(tmp_path
     """cpu-v3 searched without a step limit and stopped before a cell that did not fit, and
     its replay must too; a suite that sets capacity.max_step and capacity.fit_budget runs
     and replays its search with them, and its board says so."""
-    from recallbench.leaderboard import capacity_suite
-    from recallbench.leaderboard.capacity_board import render_markdown
+    from recallbench.leaderboard.capacity import suite as capacity_suite
+    from recallbench.leaderboard.capacity.board import render_markdown
 
     v3 = lb.load_suite(V3)
     assert capacity_suite.max_step(v3) is None and capacity_suite.fit_budget(v3) is False

@@ -18,8 +18,10 @@ from recallbench import leaderboard as lb
 from recallbench.api.canonical import config_hash
 from recallbench.api.errors import ConfigError
 from recallbench.law import run_card
-from recallbench.leaderboard import capacity_board, capacity_method, capacity_suite
-from recallbench.leaderboard.scoring import point_records
+from recallbench.leaderboard.capacity import board as capacity_board
+from recallbench.leaderboard.capacity import method2 as capacity_method
+from recallbench.leaderboard.capacity import suite as capacity_suite
+from recallbench.leaderboard.points import point_records
 from recallbench.runs import capacity, card_search
 from test_capacity_suite import V3, _forged
 from test_leaderboard_tamper import _assert_one_line
@@ -32,6 +34,7 @@ def _suite_dir(root: Path, **capacity_keys) -> Path:
     d = root / NAME
     (d / "submissions").mkdir(parents=True, exist_ok=True)
     data = yaml.safe_load((V3 / "suite.yaml").read_text())
+    data.pop("retired", None)  # an open suite with cpu-v3's recipe
     data.update(name=NAME, title="Method-2 capacity cards (test)",
                 budgets=[b for b in data["budgets"] if b["name"] == "D32-N8"],
                 capacity={"method": 2, "work_budget_mtok": 40, "max_batches": 8,
@@ -267,7 +270,7 @@ def test_the_board_ranks_by_n50_per_kbit_and_lists_bounds_apart(board2):
              {**sub, "model": {**sub["model"], "name": k},
               "budgets": [{**sub["budgets"][0], "card": c}]}) for k, c in made.items()]
     rows = capacity_board.card_rows(suite, subs)
-    from recallbench.leaderboard import run_card_board
+    from recallbench.leaderboard.capacity import board2 as run_card_board
     got = {r["model"]: r["rank"] for r in run_card_board.ranked(rows, "D32-N8")}
     assert got == {"top": 1, "mid": 2, "wide": 2, "low": 4}  # 1 + the intervals above it
     text = capacity_board.render_markdown(suite, rows)

@@ -15,8 +15,8 @@ import shutil
 import pytest
 
 from recallbench import leaderboard as lb
-from recallbench.leaderboard import capacity_suite
-from recallbench.leaderboard.scoring import point_records
+from recallbench.leaderboard.capacity import suite as capacity_suite
+from recallbench.leaderboard.points import point_records
 from recallbench.runs.store import StoreWarning, read_store
 from test_capacity_suite import V3, _forged, board  # noqa: F401  (board: a designed run)
 from test_leaderboard_tamper import _assert_one_line

@@ -224,7 +224,7 @@ def test_a_suite_chooses_whether_it_judges_guessing(tmp_path):
     verify); a suite that sets scoring.guess gets the guess-aware scorer; a bad value is
     refused naming the field."""
     from recallbench.api.errors import ConfigError
-    from recallbench.leaderboard import scoring
+    from recallbench.leaderboard.grid import scoring
     from recallbench.leaderboard.suite import load_suite
 
     import yaml

@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 
 from recallbench import leaderboard as lb
-from recallbench.leaderboard import page, plot
+from recallbench.leaderboard import page
+from recallbench.leaderboard.grid import page as grid_page, plot
+from recallbench.leaderboard.grid import readme as grid_readme
 
 # the module: the package's own `render` is the function
 render_mod = importlib.import_module("recallbench.leaderboard.render")
@@ -46,7 +48,7 @@ def _subs():
 
 def _page(subs, png: bytes | None = b"\x89PNG\r\n\x1a\n") -> str:
     suite = _suite()
-    return page.page_html(suite, lb.leaderboard_rows(suite, subs), subs, png)
+    return grid_page.page_html(suite, lb.leaderboard_rows(suite, subs), subs, png)
 
 
 def _evil_subs():
@@ -123,7 +125,7 @@ def board(tmp_path, monkeypatch):
     shutil.copytree(SUITE, d, ignore=shutil.ignore_patterns(page.PAGE))
     monkeypatch.setattr(render_mod, "valid_board",
                         lambda s: [(Path(s) / "submissions" / f.name, sub) for f, sub in _subs()])
-    monkeypatch.setattr(render_mod, "render_plot",
+    monkeypatch.setattr(grid_readme, "render_plot",
                         lambda suite, rows, path: Path(path).write_bytes(b"\x89PNG fake"))
     return d
 

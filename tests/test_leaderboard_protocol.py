@@ -147,7 +147,8 @@ def test_converged_must_agree_with_the_chosen_candidate(searched):
 
 
 def test_an_unconverged_point_is_marked_and_left_out_of_the_fit(searched):
-    from recallbench.leaderboard.scoring import point_records, score_records
+    from recallbench.leaderboard.grid.scoring import score_records
+    from recallbench.leaderboard.points import point_records
     from recallbench.leaderboard.submission import _add_scores
 
     def edit(d):

@@ -20,7 +20,7 @@ import yaml
 
 from recallbench import leaderboard as lb
 from recallbench.api.errors import ConfigError
-from recallbench.leaderboard.run import MAX_GPU_WORKERS
+from recallbench.leaderboard.grid.run import MAX_GPU_WORKERS
 
 SUITE = {
     "schema": "recallbench.suite/1", "name": "tiny", "title": "tiny",

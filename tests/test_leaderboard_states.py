@@ -16,8 +16,10 @@ import pytest
 import yaml
 
 from recallbench import leaderboard as lb
-from recallbench.leaderboard import states
-from recallbench.leaderboard.scoring import budget_scores, point_records, score_records
+from recallbench.leaderboard import states as lb_states
+from recallbench.leaderboard.grid import states
+from recallbench.leaderboard.grid.scoring import budget_scores, score_records
+from recallbench.leaderboard.points import point_records
 
 SUITE = """\
 schema: recallbench.suite/1
@@ -204,7 +206,7 @@ def test_the_committed_study_is_not_stale(tmp_path):
     suite_arg = "leaderboards/cpu-v2"
     command = committed["command"]
     assert command.startswith(f"recallbench leaderboard states {suite_arg} --out docs/results/effective_state")
-    states.write_states(root / suite_arg, tmp_path, view=committed["view"], command=command)
+    lb_states.write_states(root / suite_arg, tmp_path, view=committed["view"], command=command)
     fresh = json.loads((tmp_path / "states.json").read_text())
     assert [r["model"] for r in fresh["submissions"]] == [r["model"] for r in committed["submissions"]], (
         "docs/results/effective_state is stale: run `" + command + "`")
@@ -232,5 +234,5 @@ def test_a_suite_that_judges_guessing_shows_no_recall(tmp_path):
     assert row["pooled"]["ratio"] is None and "no recall beyond guessing" in row["pooled"]["note"]
     assert all(b.get("note") == "no recall beyond guessing" for b in row["budgets"])
     out = tmp_path / "out"
-    states.write_states(suite_dir, out)
+    lb_states.write_states(suite_dir, out)
     assert "linear-mamba" in (out / "README.md").read_text()

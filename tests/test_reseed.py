@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from recallbench.law.card_agreement import agreement, describe, n50_range
-from recallbench.leaderboard import reseed as rs
+from recallbench.leaderboard.capacity import reseed as rs
 from test_capacity_suite_v2 import board2  # noqa: F401  (the module's fixture)
 from test_leaderboard_tamper import _assert_one_line
 

@@ -194,7 +194,7 @@ def _run_capacity(args, suite, extra) -> int:
     """A capacity suite: each budget's search (``capacity_suite.run_capacity_suite``)."""
     import sys
 
-    from recallbench.leaderboard.capacity_suite import run_capacity_suite
+    from recallbench.leaderboard.capacity.suite import run_capacity_suite
     from recallbench.runs.interrupt import Terminated, sigterm_unwinds, stopped
 
     if args.limit is not None or args.time_budget is not None:
@@ -209,7 +209,7 @@ def _run_capacity(args, suite, extra) -> int:
         raise ConfigError(f"--workers {workers} is not allowed: must be in "
                           f"[1, {os.cpu_count() or 1}]")
     if args.dry_run:
-        from recallbench.leaderboard.capacity_suite import plan_capacity_suite
+        from recallbench.leaderboard.capacity.suite import plan_capacity_suite
 
         plan_capacity_suite(suite, args.adapter, args.store, model_extra=extra, workers=workers,
                             log=lambda m: print(m, flush=True))
@@ -275,7 +275,7 @@ def _verify(args) -> int:
 
 def _reseed(args, entry, suite) -> int:
     """``verify --reseed``: each card re-run from disjoint seeds (``leaderboard.reseed``)."""
-    from recallbench.leaderboard.reseed import reseed
+    from recallbench.leaderboard.capacity.reseed import reseed
 
     if not args.reseed:
         raise ConfigError("--seeds and --store go with --reseed")

@@ -1,23 +1,26 @@
 """Leaderboards: suites, submissions, and their validation, verification and rendering.
 
-The flow, one module per step::
+Two kinds of board share one frame.  The shared parts live here: suite files
+(``suite``), a submission's envelope, hash and points (``submission``, ``schema``,
+``points``, ``protocol``, ``recompute``), validation (``validate``, ``board``), and
+rendering's dispatch and page frame (``render``, ``states``, ``page``, ``markdown``).
+Each kind of board has its own subpackage:
 
-    suite = load_suite("leaderboards/cpu-small")          # suite.py: the grid and recipe
-    run_suite(suite, adapter, store)                       # run.py: missing points -> store
+* :mod:`.grid`: grid suites (cpu-small, cpu-v2, gpu-standard): a fixed (budget, N_f, seed)
+  grid, scored by the law's fit; ``run``, ``scoring``, ``table``, ``plot``, ``page``;
+* :mod:`.capacity`: capacity suites (cpu-v3: card method 1; method 2): cards from the
+  capacity search; ``suite``, ``method2``, ``board``, ``board2``, ``states``, ``reseed``.
+
+The flow::
+
+    suite = load_suite("leaderboards/cpu-v3")             # suite.py
+    run_suite(suite, adapter, store)                       # grid/run.py (capacity/suite.py)
     sub = build_submission(suite, load_store_records([store]), name)   # submission.py
     write_submission(sub, suite.dir / SUBMISSIONS_DIR / f"{slug(name)}.yaml")
-    sub, suite, notes = validate_file(path)                # validate.py: hashes, grid, Fano
+    sub, suite, notes = validate_file(path)                # validate.py: hashes, points, cards
     entries = check_files([path])                          # board.py: ... and no duplicates
-    verify(sub, suite, k, seed=None)                       # run.py: re-run k sampled points
-    render(suite.dir)                                      # render.py, plot.py, page.py:
-                                                           # README, PNG, index.html
+    render(suite.dir)                                      # render.py: README, PNG, index.html
     write_states(suite.dir, out)                           # states.py: S_eff/S across models
-
-Helpers: ``yaml_io`` (safe, size- and depth-limited YAML), ``checks`` (names, paths,
-bounded numbers, one-line errors), ``schema`` (every field's type and bounds),
-``recompute`` (state size and bits from the adapter, not the file), ``points`` (a
-point's config = budget config + delta, matched against the suite), ``scoring`` (the
-scorer's S_eff, capacity and Fano ratio per budget).
 
 Submissions are read with a size limit checked before parsing, with PyYAML's safe loader
 (no Python tags; aliases are refused too), and nothing in them is executed or used as a
@@ -27,12 +30,14 @@ from __future__ import annotations
 
 from recallbench.leaderboard.board import check_board, check_files, valid_board
 from recallbench.leaderboard.checks import check_name, slug
+from recallbench.leaderboard.grid.plot import render_plot
+from recallbench.leaderboard.grid.readme import render_markdown
+from recallbench.leaderboard.grid.run import (load_store_records, new_seed, plan, run_suite,
+                                              sample_points, suite_executor, verify)
+from recallbench.leaderboard.grid.table import PLOT, acc_by_nf, fmt, leaderboard_rows
+from recallbench.leaderboard.markdown import README
 from recallbench.leaderboard.points import merge_config
-from recallbench.leaderboard.render import render, render_markdown
-from recallbench.leaderboard.table import PLOT, README, acc_by_nf, fmt, leaderboard_rows
-from recallbench.leaderboard.plot import render_plot
-from recallbench.leaderboard.run import (load_store_records, new_seed, plan, run_suite,
-                                        sample_points, suite_executor, verify)
+from recallbench.leaderboard.render import render
 from recallbench.leaderboard.submission import (SUBMISSION_SCHEMA, build_submission, content_sha256,
                                                 write_submission)
 from recallbench.leaderboard.suite import (SUBMISSIONS_DIR, SUITE_FILE, Suite, load_suite,

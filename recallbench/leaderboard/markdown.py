@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+#: the board's table, as every kind of suite writes it
+README = "README.md"
+
 #: always escaped (CommonMark escapes any ASCII punctuation with a backslash): the
 #: backslash itself, code spans, emphasis, strikethrough, math, links and images, raw
 #: HTML and autolinks, entities, table cells

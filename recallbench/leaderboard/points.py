@@ -4,15 +4,16 @@ A submission stores each budget's full ``config`` once and each point's ``delta`
 (per section); the point's config is ``merge_config(budget config, delta)``.  Within one
 budget only the grid's own keys (N_f, with L in a suite whose L grows with N_f; seed; lr
 where the suite has an lr grid) and execution keys may differ: one model config per submission.  A point follows the suite when its config holds every value the
-suite fixes for it (:meth:`Suite.fixed_values`).
+suite fixes for it (:meth:`Suite.fixed_values`).  :func:`point_records` rebuilds result
+records from a submission's points, for the scorer of either kind of suite.
 """
 from __future__ import annotations
 
 import copy
 import math
-from typing import Mapping
+from typing import Any, Mapping
 
-from recallbench.api.canonical import EXECUTION_KEYS, SECTIONS
+from recallbench.api.canonical import EXECUTION_KEYS, SECTIONS, plain
 from recallbench.api.errors import ConfigError
 from recallbench.leaderboard.checks import is_int, is_num, need, short
 
@@ -73,3 +74,42 @@ BUDGET_SIZE_KEYS = ("d_model", "d_state", "n_layers")
 def shared_model_config(model: Mapping) -> dict:
     """A budget's model config less the budget's sizes: what all budgets must share."""
     return {k: v for k, v in model.items() if k not in BUDGET_SIZE_KEYS}
+
+
+def rounded(x: Any, digits: int = 6) -> Any:
+    """:func:`plain` data with every float to ``digits`` significant digits (non-finite: None)."""
+    return _round_floats(plain(x), digits)
+
+
+def _round_floats(x: Any, digits: int) -> Any:
+    if isinstance(x, float):
+        return float(f"{x:.{digits}g}")
+    if isinstance(x, list):
+        return [_round_floats(v, digits) for v in x]
+    if isinstance(x, dict):
+        return {k: _round_floats(v, digits) for k, v in x.items()}
+    return x
+
+
+def point_records(submission: Mapping) -> list[dict]:
+    """Minimal result records rebuilt from a submission's counts (for the scorer)."""
+    from recallbench.law.scorer import SCHEMA
+
+    out = []
+    for b in submission["budgets"]:
+        for p in b["points"]:
+            cfg = merge_config(b["config"], p.get("delta") or {})
+            acc = p["correct"] / p["total"] if p["total"] else 0.0
+            out.append({"schema": SCHEMA, "status": "ok", "error": None, "accuracy": acc,
+                        "accuracy_topk": (p["correct_topk"] / p["total"]) if p["total"] else 0.0,
+                        "top_k": cfg["train"].get("top_k"), "correct": p["correct"],
+                        "correct_topk": p["correct_topk"], "total": p["total"],
+                        "converged": p.get("converged"), "steps": p.get("steps"),
+                        "state_size": b["state_size"], "state_bits": b["state_bits"],
+                        "info_bits": p["info_bits"], "seed": p["seed"], "config": cfg,
+                        "config_hash": p["config_hash"], "lr": p.get("lr"),
+                        "extended": p.get("extended"), "cpu_s": p.get("cpu_s"),
+                        "wall_s": p.get("wall_s"),
+                        # the scorer judges convergence only where the run did (stop_reason)
+                        **({"stop_reason": p["stop_reason"]} if p.get("stop_reason") else {})})
+    return out

@@ -119,7 +119,7 @@ def check_fields(obj: Mapping, spec: Mapping, where: str) -> None:
 
 def check_score(score: Mapping, where: str) -> None:
     """A budget's score: views mean and best, each the scorer's numbers or an error text."""
-    from recallbench.leaderboard.scoring import SCORE_KEYS
+    from recallbench.leaderboard.grid.scoring import SCORE_KEYS
 
     need(set(score) == {"mean", "best"}, where, "score must hold exactly the views mean and best")
     for view, entry in score.items():

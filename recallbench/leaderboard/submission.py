@@ -29,8 +29,8 @@ from recallbench.leaderboard.points import (check_delta, config_delta, first_mis
 from recallbench.leaderboard.protocol import check_point_protocol
 from recallbench.leaderboard.recompute import expected_state
 from recallbench.leaderboard.schema import POINT, check_fields, check_protocol_fields, check_provenance
-from recallbench.leaderboard.scoring import (budget_scores, point_records, rounded, score_records,
-                                             scoring_entry)
+from recallbench.leaderboard.grid.scoring import budget_scores, score_records, scoring_entry
+from recallbench.leaderboard.points import point_records, rounded
 from recallbench.leaderboard.suite import Suite
 from recallbench.leaderboard.yaml_io import MAX_BYTES, dump_yaml
 
@@ -221,7 +221,7 @@ def build_submission(suite: Suite, records: Iterable[Mapping], model_name: str, 
     """A submission dict from result records that fill the suite's grid for one adapter."""
     check_name(model_name, "--model-name")
     if suite.is_capacity:
-        from recallbench.leaderboard.capacity_suite import capacity_points
+        from recallbench.leaderboard.capacity.suite import capacity_points
 
         records = [r for r in records if isinstance(r, dict) and _usable(r)]
         adapter = adapter or _single_adapter(records)

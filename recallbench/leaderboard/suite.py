@@ -40,7 +40,7 @@ stops the search at the same cell).  A
 point is (budget, N_f, seed) with N_f from 2 to V/2 − 1; a submission's budget carries the
 capacity card (``law.card``) built from its points, which validation rebuilds.  With
 ``capacity.method: 2``, card method 2's search and card instead, its budget in millions of
-tokens trained (:mod:`recallbench.leaderboard.capacity_method`).  An adapter
+tokens trained (:mod:`recallbench.leaderboard.capacity.method2`).  An adapter
 that trains nothing (``trainable = False``) runs at lr 0.01 instead of the searched list.
 
 The learning rate comes in one of two ways:
@@ -73,7 +73,6 @@ from recallbench.api.canonical import sha256_of, strip_execution
 from recallbench.api.errors import ConfigError
 from recallbench.leaderboard.checks import check_name, is_count, is_int, is_num, need, short
 from recallbench.leaderboard.yaml_io import read_yaml_data
-from recallbench.runs.capacity import MAX_STEP_RANGE
 from recallbench.runs.card_search import DEFAULT_STEP, MAX_BATCHES
 
 SUITE_SCHEMA = "recallbench.suite/1"
@@ -85,9 +84,6 @@ SUITE_KEYS = {"schema", "name", "title", "description", "task", "num_facts", "bu
               "seq_len_per_fact", "capacity"}
 RECIPE_KEYS = ("task", "num_facts", "budgets", "adapters", "train", "lr", "seeds", "seq_len_per_fact",
                "capacity")
-CAPACITY_KEYS = {"max_cells": (1, 64), "cpu_budget_min": (0.1, 7 * 24 * 60),
-                 "max_step": MAX_STEP_RANGE}
-CAPACITY_FLAGS = {"fit_budget"}  # true or false
 SUITE_BUDGET_KEYS = {"name", "model", "adapters", "description"}
 
 
@@ -266,7 +262,9 @@ def _check_task(data: Mapping, where: str) -> None:
          "task must be a mapping with a name")
     need("num_facts" not in task, where, "task.num_facts is the grid: use the top-level num_facts list")
     if data.get("capacity") is not None:
-        _check_capacity(data, task, where)
+        from recallbench.leaderboard.capacity.keys import check_capacity
+
+        check_capacity(data, task, where)
         return
     nf = data.get("num_facts")
     need(isinstance(nf, list) and nf and all(is_count(x, 1) for x in nf)
@@ -277,35 +275,6 @@ def _check_task(data: Mapping, where: str) -> None:
              "seq_len_per_fact must be an integer from 3 to 64 (L = seq_len_per_fact · N_f > 2·N_f)")
         need("seq_len" not in task, where,
              "give task.seq_len or seq_len_per_fact, not both")
-
-
-def _check_capacity(data: Mapping, task: Mapping, where: str) -> None:
-    """A capacity suite: MQAR at a V, L = 4·N_f, no grid, the search's settings."""
-    cap = data["capacity"]
-    keys = set(CAPACITY_KEYS) | CAPACITY_FLAGS
-    method = cap.get("method", 1) if isinstance(cap, dict) else 1
-    need(method in (1, 2) and is_int(method), where,
-         f"capacity.method = {short(method)} is not allowed: 1 or 2 (1 when absent)")
-    if method == 2:
-        from recallbench.leaderboard.capacity_method import check_suite_keys
-
-        check_suite_keys(cap, data, where)
-    else:
-        need(isinstance(cap, dict) and set(cap) - {"method"} <= keys, where,
-             f"capacity must be a mapping of {', '.join(sorted(keys))}")
-    for k, (lo, hi) in ({} if method == 2 else CAPACITY_KEYS).items():
-        v = cap.get(k)
-        need(v is None or (is_num(v) and lo <= v <= hi and (k != "max_cells" or is_int(v))),
-             where, f"capacity.{k} = {short(v)} is not allowed: a number in [{lo:g}, {hi:g}]")
-    for k in () if method == 2 else CAPACITY_FLAGS:
-        need(cap.get(k) is None or isinstance(cap[k], bool), where,
-             f"capacity.{k} = {short(cap.get(k))} is not allowed: true or false")
-    need("num_facts" not in data, where, "a capacity suite has no num_facts: its search "
-         "places them")
-    need(task.get("name") == "mqar", where, "a capacity suite measures MQAR: task.name must be mqar")
-    need(is_count(task.get("vocab_size"), 8), where, "task.vocab_size must be an integer >= 8")
-    need(data.get("seq_len_per_fact") == 4 and "seq_len" not in task, where,
-         "a capacity suite needs seq_len_per_fact: 4 (L = 4·N_f) and no task.seq_len")
 
 
 def _check_budgets(data: Mapping, where: str) -> None:

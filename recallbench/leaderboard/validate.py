@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 
 from recallbench.api.canonical import SECTIONS, config_hash
 from recallbench.api.errors import ConfigError
-from recallbench.leaderboard import capacity_suite
+from recallbench.leaderboard.capacity import suite as capacity_suite
 from recallbench.leaderboard.checks import (agrees, check_file_name, check_keys, check_name,
                                             check_relative_path, need, short)
 from recallbench.leaderboard.points import (check_delta, first_mismatch, merge_config,
@@ -38,8 +38,8 @@ from recallbench.leaderboard.protocol import check_point_protocol
 from recallbench.leaderboard.schema import (BUDGET, ENVIRONMENT, HEADER, MAX_TEXT, POINT,
                                             check_created, check_fields, check_protocol_fields,
                                             check_provenance, check_score)
-from recallbench.leaderboard.scoring import (budget_scores, point_records, rounded, score_records,
-                                             scoring_entry)
+from recallbench.leaderboard.grid.scoring import budget_scores, score_records, scoring_entry
+from recallbench.leaderboard.points import point_records, rounded
 from recallbench.leaderboard.submission import SUBMISSION_SCHEMA, content_sha256
 from recallbench.leaderboard.suite import SUBMISSIONS_DIR, SUITE_FILE, Suite, load_suite
 from recallbench.leaderboard.yaml_io import read_yaml_data

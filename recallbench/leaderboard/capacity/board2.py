@@ -10,7 +10,7 @@ measured cards whose state **grows with L** (no per-kbit figure).  Every card st
 training work in Mtok (millions of tokens trained) of the suite's work budget, its CPU
 time, and the machine its runs name (``machine``: CPU model, CPUs, torch threads).
 
-:mod:`recallbench.leaderboard.capacity_board` dispatches here for such a suite; the page is
+:mod:`recallbench.leaderboard.capacity.board` dispatches here for such a suite; the page is
 built in ``page``'s frame, each card's figure drawn by ``law.run_card_render.draw``.
 """
 from __future__ import annotations
@@ -22,22 +22,15 @@ from typing import Mapping
 from recallbench.law.card_render import estimate, num
 from recallbench.law.run_card import MAX_SPREAD, MIN_OBSERVED
 from recallbench.law.run_card_render import draw, headline
-from recallbench.leaderboard.capacity_board import (APART, BOUND, GROWS, MEASURED, NO_RECALL,
+from recallbench.leaderboard.capacity.board import (APART, BOUND, GROWS, MEASURED, NO_RECALL,
                                                     _ci, _cpu_min, _html_table, _md_table, _state,
                                                     _why, apart, bounded, figures)
-from recallbench.leaderboard.capacity_method import machine_text, settings
+from recallbench.leaderboard.capacity.method2 import machine_text, settings
 from recallbench.leaderboard.markdown import code, md, readme_head
-from recallbench.leaderboard.page import (PAGE, _e, _href, document, file_links,
-                                          plain as text_of, without_images)
+from recallbench.leaderboard.page import (PAGE, _e, _href, document, file_links, plain as text_of,
+                                          without_images)
 from recallbench.leaderboard.suite import SUBMISSIONS_DIR, Suite
-from recallbench.leaderboard.table import README
-
-#: ``leaderboard states``' note on a method-2 suite's table
-STATES_NOTE = (
-    "From the method-2 cards: every run of every seed enters the fit (nothing chosen on the "
-    "test set), and S_eff is the state the linear reference needs to put its own 50% point at "
-    "the card's N50. A bound is printed ≥ or ≤, never as a measurement, and drawn as an open "
-    "triangle with an arrow; a card whose state grows with L has no S_eff/S.")
+from recallbench.leaderboard.markdown import README
 
 HEAD = ("#", "model", "adapter", "S", "N50 [95%]", "N50 per kbit [95%]", "S_eff/S [95%]",
         "runs (batches)", "work Mtok", "CPU min", "machine")

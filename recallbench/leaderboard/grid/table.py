@@ -11,7 +11,6 @@ from typing import Any, Mapping
 
 from recallbench.leaderboard.suite import Suite
 
-README = "README.md"
 PLOT = "accuracy_vs_state.png"
 
 RANKING_NOTE = (

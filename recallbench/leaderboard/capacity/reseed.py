@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from recallbench.api.errors import ConfigError
 from recallbench.law.card_agreement import agreement, describe
-from recallbench.leaderboard import capacity_method as v2
+from recallbench.leaderboard.capacity import method2 as v2
 from recallbench.runs import card_search
 
 

@@ -1,6 +1,6 @@
 """Capacity suites of card method 2 (``capacity: {method: 2, work_budget_mtok: X, ...}``).
 
-What differs from method 1, cpu-v3's (:mod:`recallbench.leaderboard.capacity_suite` holds
+What differs from method 1, cpu-v3's (:mod:`recallbench.leaderboard.capacity.suite` holds
 the rest and dispatches here): the search is :mod:`recallbench.runs.card_search`, in
 batches of one run per suite seed at one N_f (the j-th batch at an N_f with seeds
 s + 1000·j); it stops when the card is measured, when the next batch would not fit the

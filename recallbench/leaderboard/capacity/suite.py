@@ -12,7 +12,7 @@ not a card), the cells must be the ones it visits (no cell chosen by hand, none 
 and the stored card must be the one the points make, field by field (``checks.difference``:
 every key, type and value, whatever the card's schema holds).  A suite of card method 2
 (``capacity.method: 2``) runs, replays and checks :mod:`recallbench.runs.card_search`
-instead, through :mod:`recallbench.leaderboard.capacity_method`.
+instead, through :mod:`recallbench.leaderboard.capacity.method2`.
 
     base = budget_base(suite, "linear-mamba", suite.budget("D32-N8"))
     found = capacity_points(suite, records, "linear-mamba")   # build_submission: per budget
@@ -26,7 +26,7 @@ from typing import Callable, Mapping
 
 from recallbench.api.canonical import plain
 from recallbench.api.errors import ConfigError
-from recallbench.leaderboard import capacity_method as v2
+from recallbench.leaderboard.capacity import method2 as v2
 from recallbench.leaderboard.checks import difference, need, short
 from recallbench.leaderboard.suite import Suite
 

@@ -1,6 +1,6 @@
 """The scorer's view of a submission: records rebuilt from its counts, scored per budget.
 
-A submission stores counts, not records; :func:`point_records` rebuilds the minimal
+A submission stores counts, not records; ``points.point_records`` rebuilds the minimal
 result records the scorer needs, :func:`score_records` scores them with the suite's
 ``scoring`` settings, and :func:`budget_scores` picks each budget's entry (mean over
 seeds and best of seeds: S_eff, capacity N_f*, Fano ratio; docs/theory.md, 'The law').
@@ -9,53 +9,12 @@ Building a submission stores these scores; validation recomputes and compares th
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping
+from typing import Mapping
 
-from recallbench.api.canonical import plain
-from recallbench.leaderboard.points import merge_config
 from recallbench.leaderboard.suite import Suite
 
 SCORE_KEYS = ("s_eff", "s_eff_ci", "n_eff", "ratio", "capacity", "fano_min_bits",
               "state_bits_total", "bits_ratio")
-
-
-def rounded(x: Any, digits: int = 6) -> Any:
-    """:func:`plain` data with every float to ``digits`` significant digits (non-finite: None)."""
-    return _round_floats(plain(x), digits)
-
-
-def _round_floats(x: Any, digits: int) -> Any:
-    if isinstance(x, float):
-        return float(f"{x:.{digits}g}")
-    if isinstance(x, list):
-        return [_round_floats(v, digits) for v in x]
-    if isinstance(x, dict):
-        return {k: _round_floats(v, digits) for k, v in x.items()}
-    return x
-
-
-def point_records(submission: Mapping) -> list[dict]:
-    """Minimal result records rebuilt from a submission's counts (for the scorer)."""
-    from recallbench.law.scorer import SCHEMA
-
-    out = []
-    for b in submission["budgets"]:
-        for p in b["points"]:
-            cfg = merge_config(b["config"], p.get("delta") or {})
-            acc = p["correct"] / p["total"] if p["total"] else 0.0
-            out.append({"schema": SCHEMA, "status": "ok", "error": None, "accuracy": acc,
-                        "accuracy_topk": (p["correct_topk"] / p["total"]) if p["total"] else 0.0,
-                        "top_k": cfg["train"].get("top_k"), "correct": p["correct"],
-                        "correct_topk": p["correct_topk"], "total": p["total"],
-                        "converged": p.get("converged"), "steps": p.get("steps"),
-                        "state_size": b["state_size"], "state_bits": b["state_bits"],
-                        "info_bits": p["info_bits"], "seed": p["seed"], "config": cfg,
-                        "config_hash": p["config_hash"], "lr": p.get("lr"),
-                        "extended": p.get("extended"), "cpu_s": p.get("cpu_s"),
-                        "wall_s": p.get("wall_s"),
-                        # the scorer judges convergence only where the run did (stop_reason)
-                        **({"stop_reason": p["stop_reason"]} if p.get("stop_reason") else {})})
-    return out
 
 
 def score_records(records: list[Mapping], suite: Suite) -> dict:
