@@ -239,3 +239,46 @@ def test_an_extended_run_keeps_the_candidate_chosen_at_its_cap():
     beaten = _search((0.003, 0.5, 2000), (0.01, 0.9, 4000), (0.03, 0.95, 1500))
     with pytest.raises(ConfigError, match="not a candidate with the best validation"):
         check_lr({"lr": 0.01, "lr_search": beaten, "converged": True, "extended": 1}, lrs, "p")
+
+
+@pytest.fixture(scope="module")
+def halved():
+    """A real record of a search by halving (train.lr_rung), on a tiny linear-mamba."""
+    from recallbench.harness.train import run
+
+    rec = run({"task": {"name": "mqar", "vocab_size": 32, "seq_len": 16, "num_facts": 4},
+               "model": {"adapter": "linear-mamba", "d_model": 8, "d_state": 4},
+               "train": {"lr": [0.003, 0.03, 0.3], "lr_rung": 0.25, "max_steps": 80,
+                         "val_every": 10, "val_size": 64, "test_size": 64, "batch_size": 8,
+                         "seed": 0, "progress": False}}, progress=False)
+    assert rec["status"] == "ok" and all("rungs" in e for e in rec["lr_search"])
+    return rec
+
+
+def test_a_search_by_halving_is_checked_at_its_deciding_rung(halved):
+    """The kept lr has the best validation accuracy at the last rung two candidates shared;
+    another candidate's lr, or an entry without rungs beside those with them, is refused."""
+    from recallbench.api.errors import ConfigError
+    from recallbench.leaderboard.protocol import check_lr
+    from recallbench.leaderboard.schema import check_protocol_fields
+
+    lrs = [0.003, 0.03, 0.3]
+    point = {"lr": halved["lr"], "lr_search": halved["lr_search"],
+             "converged": halved["converged"], "stop_reason": halved.get("stop_reason"),
+             "steps_to": halved.get("steps_to")}
+    check_protocol_fields(point, "p")
+    check_lr(point, lrs, "p")
+    search = halved["lr_search"]
+    shared = max(s for s, _ in search[0]["rungs"])
+    beaten = [e for e in search if e["lr"] != halved["lr"]]
+    worse = [e for e in beaten if dict(map(tuple, e["rungs"])).get(shared, 1) <
+             dict(map(tuple, next(x for x in search if x["lr"] == halved["lr"])["rungs"]))[shared]]
+    assert worse, search  # lr 0.3 learns first on this config
+    with pytest.raises(ConfigError, match="best validation accuracy at the rung"):
+        check_lr({**point, "lr": worse[0]["lr"]}, lrs, "p")  # beaten at the rung
+    forged = [dict(search[0], rungs=[[10, 0.5], [10, 0.6]]), *search[1:]]
+    with pytest.raises(ConfigError, match="rungs"):
+        check_protocol_fields({**point, "lr_search": forged}, "p")
+    mixed = [{k: v for k, v in search[0].items() if k != "rungs"}, *search[1:]]
+    with pytest.raises(ConfigError, match="must be a mapping with exactly"):
+        check_protocol_fields({**point, "lr_search": mixed}, "p")

@@ -139,6 +139,13 @@ def _settle(args) -> None:
         args.fit_budget = True
 
 
+def _protocol(args) -> dict:
+    """The method's protocol: method 2 searches the learning rate by halving."""
+    from recallbench.runs import card_search
+
+    return card_search.TRAIN if getattr(args, "method", 1) == 2 else TRAIN
+
+
 def base_config(args) -> dict:
     """The card's config (the protocol, the model, MQAR at V) after --set, validated."""
     from recallbench.api.config import apply_overrides, resolve
@@ -172,7 +179,7 @@ def base_config(args) -> dict:
         model["adapter"] = args.adapter
     raw = {"task": {"name": "mqar", "vocab_size": args.vocab_size, "num_facts": 2,
                     "seq_len": 8},
-           "model": model, "train": dict(TRAIN)}
+           "model": model, "train": dict(_protocol(args))}
     raw = apply_overrides(raw, args.set)
     from recallbench.runs.capacity import protocol_lr
 

@@ -11,7 +11,10 @@ a learning rate that the search would not have chosen:
   (:func:`recallbench.harness.lr_candidates.choose`: best validation accuracy, then fewer
   steps, then the smaller lr), whose ``converged`` the point repeats; a point whose run was
   ``extended`` (:mod:`recallbench.harness.lr_search`: only the candidate chosen at
-  ``max_steps`` goes on) has a candidate of the best validation accuracy, its own;
+  ``max_steps`` goes on) has a candidate of the best validation accuracy, its own; a search
+  by successive halving (entries with ``rungs``: :mod:`recallbench.harness.lr_halving`)
+  keeps a candidate with the best validation accuracy at the last rung where two or more
+  candidates without an error were compared;
 * where it is one number, ``lr`` is that number and there is no ``lr_search``;
 * a run that stopped at ``early_stop`` or on a ``plateau`` converged;
 * ``steps_to`` never decreases from 0.5 to 0.99, and no step lies beyond ``steps``.
@@ -53,7 +56,9 @@ def check_lr(p: Mapping, run_lr, where: str) -> None:
              f"{p['lr']:g} is not the smallest of the list ({tried[0]:g}), which an untrained "
              "point keeps")
         return
-    if p.get("extended"):
+    if "rungs" in search[0]:
+        best = _halving_choice(p, search, where)
+    elif p.get("extended"):
         # the search chose at max_steps, then trained the chosen one on (extended): its
         # entry holds the extended run, whose best validation only rose, and whose added
         # steps may lose a tie it had won at the cap; none may beat it
@@ -71,6 +76,26 @@ def check_lr(p: Mapping, run_lr, where: str) -> None:
     if p.get("converged") is not None:
         need(p["converged"] == search[best]["converged"], f"{where}: converged",
              "differs from the chosen candidate's in lr_search")
+
+
+def _halving_choice(p: Mapping, search: list, where: str) -> int:
+    """The index of the kept candidate of a search by halving, checked: none of the
+    candidates compared at the deciding rung (the last one two or more error-free
+    candidates reached) had a higher validation accuracy there."""
+    kept = next((i for i, e in enumerate(search) if _close(e["lr"], p["lr"])), None)
+    need(kept is not None, f"{where}: lr", f"{p['lr']:g} is not a candidate of lr_search")
+    at: dict[int, dict[int, float]] = {}
+    for i, e in enumerate(search):
+        for steps, acc in e["rungs"] if e["error"] is None else ():
+            if acc is not None:
+                at.setdefault(steps, {})[i] = acc
+    shared = [s for s, accs in at.items() if len(accs) >= 2]
+    if shared:
+        accs = at[max(shared)]
+        need(kept in accs and accs[kept] >= max(accs.values()), f"{where}: lr",
+             f"{p['lr']:g} is not a candidate with the best validation accuracy at the "
+             f"rung of {max(shared)} steps where the search compared its candidates")
+    return kept
 
 
 def check_convergence(p: Mapping, where: str) -> None:

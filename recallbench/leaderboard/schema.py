@@ -29,6 +29,9 @@ LEVELS = ("0.5", "0.9", "0.99")
 #: the most candidates an lr search may try (``recallbench.api.config.MAX_LRS``)
 MAX_LR_SEARCH = 16
 LR_ENTRY_KEYS = ("lr", "val_accuracy", "steps", "converged", "error")
+#: a search by successive halving (``train.lr_rung``) adds to each entry ``rungs``:
+#: [[steps, val_accuracy], ...], the comparisons it took part in (at most this many)
+MAX_RUNGS = 16
 PROVENANCE_KEYS = ("distribution", "version", "library", "library_version", "source_sha256")
 
 
@@ -136,15 +139,26 @@ def check_score(score: Mapping, where: str) -> None:
 
 def _check_lr_search(entries, where: str) -> None:
     """``lr_search``: null, or 1 to :data:`MAX_LR_SEARCH` candidates with exactly
-    :data:`LR_ENTRY_KEYS`."""
+    :data:`LR_ENTRY_KEYS`, or all of them with ``rungs`` too (a search by halving)."""
     if entries is None:
         return
     need(isinstance(entries, list) and 1 <= len(entries) <= MAX_LR_SEARCH, f"{where}: lr_search",
          f"must be null or a list of 1 to {MAX_LR_SEARCH} candidates")
+    halving = isinstance(entries[0], dict) and "rungs" in entries[0]
+    keys = (*LR_ENTRY_KEYS, "rungs") if halving else LR_ENTRY_KEYS
     for i, e in enumerate(entries):
         ew = f"{where}: lr_search[{i}]"
-        need(isinstance(e, dict) and set(e) == set(LR_ENTRY_KEYS), ew,
-             f"must be a mapping with exactly {', '.join(LR_ENTRY_KEYS)}")
+        need(isinstance(e, dict) and set(e) == set(keys), ew,
+             f"must be a mapping with exactly {', '.join(keys)}"
+             + (" (every candidate of a search by halving has rungs)" if halving else ""))
+        if halving:
+            r = e["rungs"]
+            need(isinstance(r, list) and len(r) <= MAX_RUNGS and all(
+                isinstance(x, list) and len(x) == 2 and is_count(x[0])
+                and (x[1] is None or (is_num(x[1]) and 0 <= x[1] <= 1)) for x in r)
+                 and [x[0] for x in r] == sorted({x[0] for x in r}), f"{ew}.rungs",
+                 f"must be a list of at most {MAX_RUNGS} [steps, val_accuracy] pairs, steps "
+                 "increasing, accuracies null or in [0, 1]")
         for key, test, what in (
                 ("lr", lambda x: is_num(x) and x > 0, "a finite number > 0"),
                 ("val_accuracy", _opt(lambda x: is_num(x) and 0 <= x <= 1), "null or a number in [0, 1]"),

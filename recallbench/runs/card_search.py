@@ -41,9 +41,15 @@ from recallbench.api.canonical import config_hash
 from recallbench.api.errors import ConfigError
 from recallbench.law import run_card, runfit, theory
 from recallbench.runs.budget import BudgetSpent, Limit
-from recallbench.runs.capacity import MIN_FACTS, cell_config, n_eff_prior
+from recallbench.runs.capacity import MIN_FACTS, TRAIN as METHOD_1_TRAIN, cell_config, n_eff_prior
 
 SEED_STRIDE = 1000
+#: where a card's learning-rate candidates are compared: a quarter of max_steps
+LR_RUNG = 0.25
+#: the protocol of a method-2 card: method 1's (``capacity.TRAIN``) with the learning rate
+#: searched by successive halving (``train.lr_rung``, :mod:`recallbench.harness.lr_halving`;
+#: its cost against the full search: ``benchmarks/bench_capacity.py``)
+TRAIN = {**METHOD_1_TRAIN, "lr_rung": LR_RUNG}
 PRIOR_SLOPE = 1.3
 DEFAULT_STEP = 4.0
 MAX_BATCHES = 24
