@@ -319,7 +319,15 @@ def _measure_v2(args, base, seeds, store, workers, out) -> int:
                              work_budget=args.work_budget, max_batches=args.max_cells,
                              max_step=args.max_step or None,
                              time_limit_s=args.time_budget and args.time_budget * 60)
-    return _ending(result, out, store, lambda card: f"{headline(card)}\n{cite(card, _version())}")
+    return _ending(result, out, store, lambda card: "\n".join(
+        [headline(card), cite(card, _version()), *_placed(card, base["train"])]))
+
+
+def _placed(card, train) -> list[str]:
+    """Where the card stands on the boards of this checkout (``leaderboards/``), if any."""
+    from recallbench.leaderboard.capacity.place import placement
+
+    return placement(card, train, BOARDS)
 
 
 def _ending(result, out, store, lines) -> int:
@@ -334,6 +342,10 @@ def _ending(result, out, store, lines) -> int:
     if last:
         print(last, file=sys.stderr if status == 1 else sys.stdout)
     return status
+
+
+#: the boards a new card is placed among: this checkout's (absent from an installed wheel)
+BOARDS = Path(__file__).resolve().parents[2] / "leaderboards"
 
 
 def _version() -> str:
