@@ -280,33 +280,42 @@ def n_eff_prior(base: Mapping[str, Any]) -> float:
 def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float,
         max_cells: int = MAX_CELLS, workers: int = 1, delta: float = 0.01,
         say: Callable[[str], None] = print, cpu: bool = False,
-        max_step: float | None = None, fit_budget: bool = False, cut: bool = False) -> Result:
-    """:func:`measure` with real training (:func:`trained`).  ``cpu``: the budget is CPU
-    seconds; ``cut``: stop a cell's runs when the budget is spent (:func:`measure`)."""
-    with trained(store, workers) as (done, run_cell):
+        max_step: float | None = None, fit_budget: bool = False, cut: bool = False,
+        executor=None) -> Result:
+    """:func:`measure` with real training (:func:`trained`, on ``executor`` if given).
+    ``cpu``: the budget is CPU seconds; ``cut``: stop a cell's runs when the budget is
+    spent (:func:`measure`)."""
+    with trained(store, workers, executor=executor) as (done, run_cell):
         return measure(base, seeds=seeds, budget_s=budget_s, run_cell=run_cell, done=done,
                        max_cells=max_cells, delta=delta, say=say, cpu=cpu,
                        max_step=max_step, fit_budget=fit_budget, cut=cut)
 
 
 @contextlib.contextmanager
-def trained(store, workers: int = 1, say: Callable[[str], None] | None = None):
+def trained(store, workers: int = 1, say: Callable[[str], None] | None = None, executor=None):
     """``(done, run_cell)`` for a search that trains for real: ``done`` the ok records of
     ``store`` by config hash (reused on a rerun), ``run_cell(configs, limit=None)`` trains
-    them on ``workers`` processes (in this process when 1), appending each record to
-    ``store`` as it finishes (BudgetSpent once ``limit`` is spent, the runs it stopped not
-    stored).  ``say``: while a batch trains, a line per run at least every
-    30 s and at each learning-rate candidate's start (:mod:`recallbench.runs.progress`)."""
+    them on ``workers`` processes (in this process when 1), or on ``executor`` when given
+    (any of :mod:`recallbench.runs.executors`, a Ray cluster's included; the caller closes
+    it), appending each record to ``store`` as it finishes (BudgetSpent once ``limit`` is
+    spent, the runs it stopped not stored).  A run lost with its Ray node after Ray's own
+    retries is not stored but run once more; lost again, UnavailableError (the same command
+    resumes from the store: :func:`recallbench.runs.ray_executor.run_keeping`).  ``say``: while
+    a batch trains, a line per run at least every 30 s and at each learning-rate
+    candidate's start (:mod:`recallbench.runs.progress`; in- or local processes only)."""
     from recallbench.runs.budget import limited
     from recallbench.runs.executors import make_executor
     from recallbench.runs.progress import Watch
+    from recallbench.runs.ray_executor import run_keeping
     from recallbench.runs.store import Store
 
     store = Store(store)
     done = {h: r for h, r in store.read().by_hash.items()
             if r.get("status") == "ok"} if store.path.is_dir() else {}
-    executor = make_executor("processes" if workers > 1 else "inprocess", workers=workers,
-                             threads=1 if workers > 1 else None)
+    owned = executor is None
+    if owned:
+        executor = make_executor("processes" if workers > 1 else "inprocess", workers=workers,
+                                 threads=1 if workers > 1 else None)
     watch = None
     try:
         watch = Watch(executor, say)
@@ -314,7 +323,7 @@ def trained(store, workers: int = 1, say: Callable[[str], None] | None = None):
             def run_cell(cfgs: list[dict], limit=None) -> list[dict]:
                 got: list[dict] = []
                 with watch.batch(cfgs) as batch, limited(executor, limit):
-                    for i, result in executor.run([[c] for c in cfgs]):
+                    for i, result in run_keeping(executor, [[c] for c in cfgs], say):
                         if isinstance(result, BaseException):
                             raise result
                         batch.finished(i)
@@ -325,7 +334,8 @@ def trained(store, workers: int = 1, say: Callable[[str], None] | None = None):
 
             yield done, run_cell
     finally:
-        executor.close()
+        if owned:
+            executor.close()
         if watch is not None:
             watch.close()
 

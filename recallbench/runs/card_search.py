@@ -295,10 +295,11 @@ def replay(base: Mapping[str, Any], records, *, seeds: Sequence[int],
 
 
 def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, workers: int = 1,
-        say: Callable[[str], None] = print, **kwargs) -> Result:
-    """:func:`measure` with real training into ``store`` (``capacity.trained``)."""
+        say: Callable[[str], None] = print, executor=None, **kwargs) -> Result:
+    """:func:`measure` with real training into ``store`` (``capacity.trained``, on
+    ``executor`` if given)."""
     from recallbench.runs.capacity import trained
 
-    with trained(store, workers, say=say) as (done, run_cell):
+    with trained(store, workers, say=say, executor=executor) as (done, run_cell):
         return measure(base, seeds=seeds, run_cell=run_cell, done=done, say=say, cut=True,
                        **kwargs)

@@ -9,8 +9,11 @@ A task returns its records to the driver, which alone writes the store; each rec
 the node that ran it (:func:`recallbench.api.record.node`).  A task whose worker or node
 dies (a node stopped or lost mid-sweep) is retried by Ray up to :data:`RETRIES` times on the
 nodes left; after that, or when no live node can run it any more, its points are recorded as
-failed with the reason (``node`` null), and the next invocation reruns them.  A task that
-asks for a GPU on a worker where torch sees none fails its points with one line.
+failed with the reason (``node`` null, :func:`lost`), and the next invocation reruns them.
+A task that asks for a GPU on a worker where torch sees none fails its points with one line.
+``runner`` (set by :func:`recallbench.runs.budget.limited` or a caller; picklable): what
+runs each point on the worker (:func:`recallbench.runs.worker.run_configs`); a point it
+stops for its budget comes back as the :class:`recallbench.runs.budget.BudgetSpent`.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ WAIT_S = 5.0
 
 class Ray:
     name = "ray"
+    runner = None  # what runs each point on the worker (module doc)
 
     def __init__(self, address: str | None = None, workers: int | None = None, threads: int = 1,
                  ensemble: bool = False, gpus: float | None = None):
@@ -98,7 +102,8 @@ class Ray:
                 if gate is not None and not gate.admit(i):
                     todo.clear()
                     return
-                refs[self._remote.remote(items[i], self.threads, self.ensemble, self.gpus)] = i
+                refs[self._remote.remote(items[i], self.threads, self.ensemble, self.gpus,
+                                         self.runner)] = i
 
         submit()
         try:
@@ -168,7 +173,38 @@ def _failed(configs: list[dict], error: str, lost: bool = False) -> list[dict]:
     return [{**r, "node": None} for r in records] if lost else records
 
 
-def _ray_task(configs: list[dict], threads: int, ensemble: bool, gpus: float) -> list[dict]:
+def lost(record: dict) -> bool:
+    """Whether ``record`` is a point no worker returned (its task lost with its node)."""
+    return record.get("status") == "failed" and record.get("node", {}) is None
+
+
+def run_keeping(executor, items: list[list[dict]], say=None) -> Iterator[tuple[int, Any]]:
+    """``executor.run(items)``, but an item lost with its node (:func:`lost`, after Ray's own
+    retries) is not yielded: it runs once more, on the nodes left (``say`` is told); lost
+    again, UnavailableError names how many and why.  Other results pass unchanged."""
+    todo, why = list(range(len(items))), ""
+    for _ in range(2):
+        again = []
+        for j, result in executor.run([items[i] for i in todo]):
+            gone = [] if isinstance(result, BaseException) else [r for r in result if lost(r)]
+            if gone:
+                again.append(todo[j])
+                why = str(gone[0].get("error"))
+                continue
+            yield todo[j], result
+        todo = sorted(again)
+        if not todo:
+            return
+        if say is not None:
+            say(f"{len(todo)} run(s) lost with their node ({why}): they run once more")
+    raise UnavailableError(f"{len(todo)} run(s) lost with their node twice ({why}); not "
+                           "stored: the same command resumes from the store")
+
+
+def _ray_task(configs: list[dict], threads: int, ensemble: bool, gpus: float,
+              runner=None):
+    from recallbench.runs.budget import BudgetSpent
+
     set_threads(threads)
     if gpus:
         import torch
@@ -180,5 +216,8 @@ def _ray_task(configs: list[dict], threads: int, ensemble: bool, gpus: float) ->
                 f"--gpus-per-worker {gpus:g}: Ray gave this task GPU {ray.get_gpu_ids()} "
                 f"but torch {torch.__version__} sees no CUDA device on this node "
                 f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')!r})"))
-    return run_configs(configs, threads, ensemble)
+    try:
+        return run_configs(configs, threads, ensemble, runner)
+    except BudgetSpent as exc:  # a BaseException: returned, as a worker process returns it
+        return exc
 

@@ -76,13 +76,14 @@ def every_seed(suite: Suite) -> list[int]:
 
 
 def run(suite: Suite, adapter: str, budget: Mapping, base: Mapping, store, workers: int,
-        log: Callable[[str], None]):
-    """One budget's search into ``store`` (resumed from it)."""
+        log: Callable[[str], None], executor=None):
+    """One budget's search into ``store`` (resumed from it), on ``executor`` if given."""
     s = settings(suite)
     log(f"suite {suite.name}, adapter {adapter}, budget {budget['name']}: capacity search "
         f"(card method 2), at most {s['max_batches']} batches and {s['work_budget']:g} Mtok "
         "of training")
-    return card_search.run(base, seeds=suite.seeds, store=store, workers=workers, say=log, **s)
+    return card_search.run(base, seeds=suite.seeds, store=store, workers=workers, say=log,
+                           executor=executor, **s)
 
 
 def replay(suite: Suite, base: Mapping, records: list[Mapping]):

@@ -64,8 +64,10 @@ def fit_budget(suite: Suite) -> bool:
 def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
                        model_extra: Mapping | None = None, workers: int = 1,
                        log: Callable[[str], None] = print,
-                       refuse_stale: bool = False) -> dict[str, dict]:
+                       refuse_stale: bool = False, executor=None) -> dict[str, dict]:
     """Every budget's search for ``adapter`` into ``store`` (resumes from it); the cards.
+    Each card's runs go to ``executor`` (one of :mod:`recallbench.runs.executors`, a Ray
+    cluster's included; the caller closes it) if given, else to ``workers`` processes.
     First, every budget's stored runs made by other adapter source are warned about through
     ``log``, or with ``refuse_stale`` stop it before anything trains
     (:func:`recallbench.runs.stale.stale_policy`)."""
@@ -81,7 +83,7 @@ def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
     cards = {}
     for b, base in bases:
         if v2.is_v2(suite):
-            result = v2.run(suite, adapter, b, base, store, workers, log)
+            result = v2.run(suite, adapter, b, base, store, workers, log, executor)
             cards[b["name"]] = result.card
             log(f"  {b['name']}: {result.card['status']} ({result.stopped})")
             continue
@@ -92,7 +94,7 @@ def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
                               max_cells=int(suite.capacity["max_cells"]), workers=workers,
                               delta=float(suite.scoring["delta"]), say=log, cpu=True,
                               max_step=max_step(suite),
-                              fit_budget=fit_budget(suite))
+                              fit_budget=fit_budget(suite), executor=executor)
         cards[b["name"]] = result.card
         log(f"  {b['name']}: {result.card['status']} ({result.stopped})")
     return cards
