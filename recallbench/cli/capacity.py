@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from recallbench.api.errors import ConfigError
-from recallbench.cli import capacity_shapes
+from recallbench.cli import capacity_args, capacity_shapes
 from recallbench.cli.capacity_args import factory as _factory
 from recallbench.cli.capacity_args import state_size as _state_size
 
@@ -94,6 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan and an ETA from measured step times; train nothing")
     capacity_shapes.add_argument(p)
+    capacity_args.add_executor(p)
 
 
 def _seeds(text: str) -> list[int]:
@@ -277,14 +278,26 @@ def _workers(args, seeds) -> int:
 
 
 def command(args) -> int:
-    from recallbench.cli.main import check_writable
-
     seeds = _seeds(args.seeds)
     workers = _workers(args, seeds)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {args.out[:160]} exists and is not a directory")
     base = base_config(args)
+    ex = capacity_args.executor(args, workers)  # --executor ray: connected; else None
+    if ex is not None:
+        print(f"runs on {ex.name}, {ex.parallel} at once", flush=True)
+    try:
+        return _card(args, base, seeds, workers, out, ex)
+    finally:
+        if ex is not None:
+            ex.close()
+
+
+def _card(args, base, seeds, workers, out, ex) -> int:
+    """The card (or --shapes' cards, or --dry-run's plan); its runs on ``ex`` if given."""
+    from recallbench.cli.main import check_writable
+
     if getattr(args, "shapes", None):
         return capacity_shapes.command(args, base, seeds, workers, out)
     if args.dry_run:
@@ -298,7 +311,7 @@ def command(args) -> int:
     for name in ("card.json", "card.md", "card.png"):
         check_writable(out / name)
     if getattr(args, "method", 1) == 2:
-        return _measure_v2(args, base, seeds, store, workers, out)
+        return _measure_v2(args, base, seeds, store, workers, out, ex)
     from recallbench.law.card_render import headline
     from recallbench.runs import capacity
 
@@ -306,16 +319,17 @@ def command(args) -> int:
     result = capacity.run(base, seeds=seeds, store=store,
                           budget_s=(args.cpu_budget if cpu else args.time_budget) * 60,
                           max_cells=args.max_cells, workers=workers, cpu=cpu, cut=True,
+                          executor=ex,
                           max_step=args.max_step or None, fit_budget=args.fit_budget)
     return _ending(result, out, store, headline)
 
 
-def _measure_v2(args, base, seeds, store, workers, out) -> int:
+def _measure_v2(args, base, seeds, store, workers, out, ex=None) -> int:
     """Method 2's search (``runs.card_search``) and its card (:func:`_ending`)."""
     from recallbench.law.run_card_render import cite, headline
     from recallbench.runs import card_search
 
-    result = card_search.run(base, seeds=seeds, store=store, workers=workers,
+    result = card_search.run(base, seeds=seeds, store=store, workers=workers, executor=ex,
                              work_budget=args.work_budget, max_batches=args.max_cells,
                              max_step=args.max_step or None,
                              time_limit_s=args.time_budget and args.time_budget * 60)

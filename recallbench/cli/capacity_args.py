@@ -66,3 +66,31 @@ def factory(spec: str, state_size: int | None, name: str | None = None):
     check_name(name, "--name")
     return FACTORY_ADAPTER, {"factory": register_factory(obj), "state_size": state_size,
                              "name": name}
+
+
+def add_executor(p: argparse.ArgumentParser) -> None:
+    """--executor and --address: where a card's runs train."""
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local: --workers processes here (default); ray: each run a task of "
+                        "one CPU on a Ray cluster (--address), a lost node's runs retried")
+    p.add_argument("--address", help="--executor ray: the cluster's head, host:port or auto "
+                   "(default: RAY_ADDRESS if set, else a local instance of --workers CPUs)")
+
+
+def executor(args, workers: int):
+    """The executor of --executor ray (its caller closes it), or None (the runs train here);
+    a flag that does not go with it is refused in one line, before any connection."""
+    if args.address is not None and args.executor != "ray":
+        raise ConfigError("--address is for --executor ray")
+    if args.executor != "ray":
+        return None
+    if args.factory:
+        raise ConfigError("--executor ray is not for --factory: its mixer is registered in "
+                          "this process, which the cluster's workers are not")
+    if getattr(args, "shapes", None):
+        raise ConfigError("--executor ray is for one card, not --shapes")
+    if args.dry_run:
+        return None  # a plan: nothing trains, no cluster is needed
+    from recallbench.runs.executors import make_executor
+
+    return make_executor("ray", workers=workers, address=args.address, threads=1)

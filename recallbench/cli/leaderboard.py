@@ -4,6 +4,8 @@
                                 [--set model.key=value ...] [--limit N]
                                 [--executor inprocess|processes] [--workers K]
                                 [--time-budget SECONDS] [--point-timeout SECONDS]
+    recallbench leaderboard run --suite CAPACITY_SUITE --adapter NAME --store STORE
+                                --executor ray [--address ADDR]
     recallbench leaderboard validate FILE...        (or a suite folder: all its submissions)
     recallbench leaderboard verify FILE --sample K [--seed N] [--device cpu]
     recallbench leaderboard render SUITE_DIR... [--check] [--no-plot]
@@ -28,9 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", metavar="model.KEY=VALUE",
                    help="adapter settings the suite leaves open (model.* only); repeatable")
     p.add_argument("--limit", type=int, help="run at most this many missing points (>= 1)")
-    p.add_argument("--executor", choices=["inprocess", "processes"], default="inprocess",
+    p.add_argument("--executor", choices=["inprocess", "processes", "ray"], default="inprocess",
                    help="inprocess: one point after another here (default); processes: "
-                        "--workers local worker processes")
+                        "--workers local worker processes; ray (a capacity suite): each "
+                        "card's runs as tasks on a Ray cluster (--address), a lost node's "
+                        "runs retried on the nodes left")
+    p.add_argument("--address", help="--executor ray: the cluster's head, host:port (ray start "
+                   "--head --port) or auto (default: RAY_ADDRESS if set, else a local "
+                   "instance of --workers CPUs)")
     p.add_argument("--workers", type=int, metavar="K",
                    help="worker processes (--executor processes; default: the CPUs). On a "
                         "CPU suite at most the CPUs; on a cuda suite they share the GPU and "
@@ -124,6 +131,8 @@ def _check_run_flags(args) -> None:
         raise ConfigError(f"--limit {args.limit}: must be >= 1")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers {args.workers}: must be >= 1")
+    if args.address is not None and args.executor != "ray":
+        raise ConfigError("--address is for --executor ray")
     from recallbench.runs.budget import check_budget
 
     check_budget(args.time_budget)
@@ -165,6 +174,10 @@ def _run(args) -> int:
     suite, extra = _suite_to_run(args)
     if suite.is_capacity:
         return _run_capacity(args, suite, extra)
+    if args.executor == "ray":
+        raise ConfigError(f"--executor ray is for a capacity suite; {suite.name} is a grid "
+                          "suite: inprocess or processes (a grid on Ray: `recallbench sweep "
+                          "--executor ray`)")
     if args.dry_run:
         workers = args.workers or ((os.cpu_count() or 1) if args.executor == "processes" else 1)
         lb.plan(suite, args.adapter, args.store, model_extra=extra, workers=workers)
@@ -207,22 +220,32 @@ def _run_capacity(args, suite, extra) -> int:
     workers = args.workers or 1
     if not 1 <= workers <= (os.cpu_count() or 1):
         raise ConfigError(f"--workers {workers} is not allowed: must be in "
-                          f"[1, {os.cpu_count() or 1}]")
+                          f"[1, {os.cpu_count() or 1}]"
+                          + (" (the local Ray instance's CPUs)" if args.executor == "ray" else ""))
     if args.dry_run:
         from recallbench.leaderboard.capacity.suite import plan_capacity_suite
 
         plan_capacity_suite(suite, args.adapter, args.store, model_extra=extra, workers=workers,
                             log=lambda m: print(m, flush=True))
         return 0
+    executor = None
+    if args.executor == "ray":  # one connection for every card; a card's runs are its tasks
+        from recallbench.runs.executors import make_executor
+
+        executor = make_executor("ray", workers=workers, address=args.address, threads=1)
+        print(f"runs on {executor.name}, {executor.parallel} at once", flush=True)
     try:
         with sigterm_unwinds():
             cards = run_capacity_suite(suite, args.adapter, args.store, model_extra=extra,
                                        workers=workers, log=lambda m: print(m, flush=True),
-                                       refuse_stale=args.refuse_stale)
+                                       refuse_stale=args.refuse_stale, executor=executor)
     except (KeyboardInterrupt, Terminated) as exc:
         line, status = stopped(exc, args.store)
         print(line, file=sys.stderr, flush=True)
         return status
+    finally:
+        if executor is not None:
+            executor.close()
     print("done: " + "; ".join(f"{k} {v['status']}" for k, v in cards.items())
           + f" (store {args.store}; `recallbench submit` writes the submission)")
     return 0
