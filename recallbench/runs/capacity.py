@@ -279,12 +279,9 @@ def n_eff_prior(base: Mapping[str, Any]) -> float:
 
 def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float,
         max_cells: int = MAX_CELLS, workers: int = 1, delta: float = 0.01,
-        say: Callable[[str], None] = print, cpu: bool = False,
-        max_step: float | None = None, fit_budget: bool = False, cut: bool = False,
-        executor=None) -> Result:
-    """:func:`measure` with real training (:func:`trained`, on ``executor`` if given).
-    ``cpu``: the budget is CPU seconds; ``cut``: stop a cell's runs when the budget is
-    spent (:func:`measure`)."""
+        say: Callable[[str], None] = print, cpu: bool = False, executor=None,
+        max_step: float | None = None, fit_budget: bool = False, cut: bool = False) -> Result:
+    """:func:`measure` with real training (:func:`trained`, on ``executor`` if given)."""
     with trained(store, workers, executor=executor) as (done, run_cell):
         return measure(base, seeds=seeds, budget_s=budget_s, run_cell=run_cell, done=done,
                        max_cells=max_cells, delta=delta, say=say, cpu=cpu,
@@ -295,14 +292,10 @@ def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, budget_s: float
 def trained(store, workers: int = 1, say: Callable[[str], None] | None = None, executor=None):
     """``(done, run_cell)`` for a search that trains for real: ``done`` the ok records of
     ``store`` by config hash (reused on a rerun), ``run_cell(configs, limit=None)`` trains
-    them on ``workers`` processes (in this process when 1), or on ``executor`` when given
-    (any of :mod:`recallbench.runs.executors`, a Ray cluster's included; the caller closes
-    it), appending each record to ``store`` as it finishes (BudgetSpent once ``limit`` is
-    spent, the runs it stopped not stored).  A run lost with its Ray node after Ray's own
-    retries is not stored but run once more; lost again, UnavailableError (the same command
-    resumes from the store: :func:`recallbench.runs.ray_executor.run_keeping`).  ``say``: while
-    a batch trains, a line per run at least every 30 s and at each learning-rate
-    candidate's start (:mod:`recallbench.runs.progress`; in- or local processes only)."""
+    them on ``executor`` (:mod:`recallbench.runs.executors`, closed by its caller; a run lost
+    with its Ray node: ``ray_executor.run_keeping``), else on ``workers`` processes (here
+    when 1), appending each record to ``store`` as it finishes (BudgetSpent once ``limit``
+    is spent, its runs not stored).  ``say``: progress lines (:mod:`recallbench.runs.progress`)."""
     from recallbench.runs.budget import limited
     from recallbench.runs.executors import make_executor
     from recallbench.runs.progress import Watch
@@ -312,10 +305,9 @@ def trained(store, workers: int = 1, say: Callable[[str], None] | None = None, e
     store = Store(store)
     done = {h: r for h, r in store.read().by_hash.items()
             if r.get("status") == "ok"} if store.path.is_dir() else {}
-    owned = executor is None
-    if owned:
-        executor = make_executor("processes" if workers > 1 else "inprocess", workers=workers,
-                                 threads=1 if workers > 1 else None)
+    owned, executor = executor is None, executor or make_executor(
+        "processes" if workers > 1 else "inprocess", workers=workers,
+        threads=1 if workers > 1 else None)
     watch = None
     try:
         watch = Watch(executor, say)
