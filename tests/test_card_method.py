@@ -193,3 +193,44 @@ def test_the_example_delta_rule_recalls_a_value_by_its_key():
         y = layer(x)
     assert y.shape == (1, 3, d)
     assert torch.allclose(y[0, 2], layer.out(layer.v(b)), atol=1e-4)
+
+
+def test_a_grid_whose_edge_wins_is_said_and_widened_once():
+    """Runs that choose the grid's largest rate: the search says so; with widen the later
+    batches search 0.09 too (once: not 0.27), and the card replays with the same widening."""
+    inner = runner(20.0, 1.3, 0.15, 0.0)
+
+    def top_lr(cfgs):
+        recs = inner(cfgs)
+        for r, c in zip(recs, cfgs):
+            r["lr"] = max(c["train"]["lr"])
+            r["lr_search"] = [{"lr": lr, "steps": 2000} for lr in c["train"]["lr"]]
+        return recs
+
+    said: list[str] = []
+    res = card_search.measure(BASE, run_cell=top_lr, say=said.append, widen=True)
+    grids = [tuple(r["config"]["train"]["lr"]) for r in res.records]
+    assert grids[0] == (0.003, 0.01, 0.03) and (0.003, 0.01, 0.03, 0.09) in grids
+    assert all(max(g) <= 0.09 for g in grids)
+    edge = [s for s in said if "sits at the edge of the grid" in s]
+    assert edge[0].startswith("capacity: the chosen learning rate sits at the edge of the grid "
+                              "(0.03 in ") and edge[0].endswith("search 0.003, 0.01, 0.03, 0.09")
+    assert all("a wider grid (--set train.lr=[...]) may recall more" in s for s in edge[1:])
+    done = {r["config_hash"]: r for r in res.records}
+    again = card_search.measure(BASE, run_cell=None, done=done, say=lambda s: None, widen=True)
+    assert json.dumps(again.card, sort_keys=True) == json.dumps(res.card, sort_keys=True)
+    said.clear()
+    plain = card_search.measure(BASE, run_cell=top_lr, say=said.append)
+    assert {tuple(r["config"]["train"]["lr"]) for r in plain.records} == {(0.003, 0.01, 0.03)}
+    assert any("sits at the edge" in s and "may recall more" in s for s in said)
+
+
+def test_lr_edge_needs_most_runs_that_learned():
+    runs = [{"lr": 0.03, "accuracy": 0.5, "kind": "observed"}] * 3 + \
+           [{"lr": 0.01, "accuracy": 0.5, "kind": "observed"}] * 2 + \
+           [{"lr": 0.03, "accuracy": 0.01, "kind": run_card.KINDS[1]}] * 5
+    assert card_search.lr_edge(runs, [0.003, 0.01, 0.03]) == (0.03, 3, 5)
+    assert card_search.lr_edge(runs[1:], [0.003, 0.01, 0.03]) is None  # 2 of 4: not most
+    assert card_search.lr_edge(runs, 0.01) is None  # no grid
+    assert card_search.widened([0.003, 0.01, 0.03], 0.003, [0.003, 0.01, 0.03]) == \
+        [0.001, 0.003, 0.01, 0.03]

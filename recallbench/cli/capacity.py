@@ -331,7 +331,7 @@ def _measure_v2(args, base, seeds, store, workers, out, ex=None) -> int:
 
     result = card_search.run(base, seeds=seeds, store=store, workers=workers, executor=ex,
                              work_budget=args.work_budget, max_batches=args.max_cells,
-                             max_step=args.max_step or None,
+                             max_step=args.max_step or None, widen=True,
                              time_limit_s=args.time_budget and args.time_budget * 60)
     return _ending(result, out, store, lambda card: "\n".join(
         [headline(card), cite(card, _version()), *_placed(card, base["train"])]))

@@ -158,14 +158,16 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
             run_cell: Callable[[list[dict]], list[dict]] | None, done: Mapping[str, dict] | None = None,
             max_batches: int = MAX_BATCHES, say: Callable[[str], None] = print,
             time_limit_s: float | None = None, clock: Callable[[], float] = time.monotonic,
-            max_step: float | None = None, cut: bool = False) -> Result:
+            max_step: float | None = None, cut: bool = False, widen: bool = False) -> Result:
     """Run the search (module doc); ``work_budget`` in millions of tokens.  ``run_cell(configs)
     -> records`` trains one batch (the caller stores them); ``done``: records by config hash,
     reused; ``run_cell=None`` replays over ``done`` alone.  ``cut``: ``run_cell(configs,
     limit)`` stops the runs still training at ``time_limit_s`` (``runs.budget.deadline``),
     unstored, and the search, unfinished.  A first batch whose nominal work alone exceeds
     the budget is refused (ConfigError) before anything trains.  Every run of a batch
-    failed: ``failed``."""
+    failed: ``failed``.  When most runs choose the grid's largest (or smallest) learning
+    rate (:func:`lr_edge`) it says so, and with ``widen`` the later batches search one more
+    rate beyond that edge (:func:`widened`), once per side."""
     d, vocab = int(base["model"]["d_model"]), int(base["task"]["vocab_size"])
     top = vocab // 2 - 1
     budget = float(work_budget) * 1e6
@@ -178,6 +180,8 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
     records: list[dict] = []
     batches: dict[int, int] = {}
     rate = 0.0  # the highest tokens trained per token of L of any run
+    first_lrs = list(train["lr"]) if isinstance(train.get("lr"), list) else []
+    said = None  # the grid's edge last reported
 
     def cost(nf: int) -> float:
         return len(seeds) * 4 * nf * (rate or nominal)
@@ -234,6 +238,17 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
                 rate = max(rate, run_card.work_tokens(r) / (4 * nf))
         card = run_card.build_run_card(records)
         say(_progress(card, nf, bool(todo), spent, work_budget))
+        edge = lr_edge(card["runs"], train.get("lr"))
+        if edge is not None and edge[0] != said:
+            said = edge[0]
+            wider = widened(train["lr"], edge[0], first_lrs) if widen else None
+            say(f"capacity: the chosen learning rate sits at the edge of the grid ({edge[0]:g} "
+                f"in {edge[1]} of {edge[2]} runs that learned)" + (
+                    f": the batches that follow search {', '.join(f'{x:g}' for x in wider)}"
+                    if wider else "; a wider grid (--set train.lr=[...]) may recall more"))
+            if wider:
+                train = {**train, "lr": wider}
+                base = {**base, "train": train}
         if card["status"] == "measured":
             return stop("measured")
         if not any(r.get("status") == "ok" for r in new):
@@ -245,6 +260,38 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
         if nf is None:
             return stop(why)
     return stop(f"{max_batches} batches")
+
+
+#: the share of the runs that learned which must choose one end of the grid to call it the
+#: edge (:func:`lr_edge`), and the fewest such runs
+EDGE_SHARE, EDGE_RUNS = 0.5, 4
+#: how far beyond its edge a grid is widened: one more rate, this factor out
+WIDEN = 3.0
+
+
+def lr_edge(runs: Sequence[Mapping], lrs) -> tuple[float, int, int] | None:
+    """(the end of the grid ``lrs``, runs that chose it, runs that learned) when more than
+    :data:`EDGE_SHARE` of a card's runs (``card["runs"]``) that left the guess level (at
+    least :data:`EDGE_RUNS`) chose its largest or its smallest rate; else None."""
+    if not isinstance(lrs, list) or len(lrs) < 2:
+        return None
+    learned = [r for r in runs if r.get("lr") is not None and r.get("accuracy") is not None
+               and r.get("kind") != run_card.KINDS[1]]
+    for end in (max(lrs), min(lrs)):
+        n = sum(math.isclose(float(r["lr"]), end, rel_tol=1e-9) for r in learned)
+        if len(learned) >= EDGE_RUNS and n > EDGE_SHARE * len(learned):
+            return end, n, len(learned)
+    return None
+
+
+def widened(lrs: Sequence[float], edge: float, first: Sequence[float]) -> list[float] | None:
+    """``lrs`` with one more rate :data:`WIDEN` times beyond ``edge``, its end; None when
+    that rate would lie more than one step beyond ``first``, the grid the search started
+    with (each side is widened once)."""
+    new = float(f"{edge * WIDEN:.3g}") if edge == max(lrs) else float(f"{edge / WIDEN:.3g}")
+    if not min(first) / WIDEN / 1.01 <= new <= max(first) * WIDEN * 1.01:
+        return None
+    return sorted({*map(float, lrs), new})
 
 
 def _next(card, step, top, cost, runs, left) -> tuple[int | None, str]:
