@@ -236,7 +236,7 @@ def test_the_work_budget_stops_a_method_2_suite_and_the_card_replays_from_its_po
     sim = _simulated(state)
 
     @contextlib.contextmanager
-    def trained(store, workers=1, say=None):
+    def trained(store, workers=1, say=None, executor=None):
         yield {}, lambda cfgs: made.extend(sim(cfgs)) or made[-len(cfgs):]
 
     monkeypatch.setattr(capacity, "trained", trained)
