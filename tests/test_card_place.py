@@ -19,7 +19,10 @@ def _card(sub, value, lo, hi, status="measured"):
 
 def test_a_card_is_placed_by_the_board_s_rule(board2):  # noqa: F811
     suite, _, sub, _ = board2
-    train = budget_base(suite, "designed", suite.budgets[0])["train"]
+    train = budget_base(suite, "linear-mamba", suite.budgets[0])["train"]  # a layer that trains
+    assert isinstance(train["lr"], list)
+    designed = budget_base(suite, "designed", suite.budgets[0])["train"]  # one lr, as the suite
+    assert placement(_card(sub, 1.0, 0.9, 1.1), designed, suite.dir.parent)[0].startswith("on ")
     theirs = sub["budgets"][0]["card"]["n50_per_kbit"]
     lo, hi = theirs["ci"]
     above = placement(_card(sub, 10 * hi, 9 * hi, 11 * hi), train, suite.dir.parent)

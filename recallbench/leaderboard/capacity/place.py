@@ -26,12 +26,16 @@ SIZES = ("d_model", "d_state", "n_layers")
 
 def _same_protocol(suite, train: Mapping) -> bool:
     """The suite's train section, resolved with every default, is ``train`` (seed and
-    execution keys aside)."""
+    execution keys aside; the learning rate too for a layer that trains nothing, which a
+    suite runs at one rate, ``runs.capacity.protocol_lr``)."""
     from recallbench.api.config import resolve
 
-    point = {"budget": suite.budgets[0]["name"], "num_facts": 2, "seed": suite.seeds[0]}
-    ours = resolve(suite.point_config("designed", point)).to_dict()["train"]
+    ours = resolve({"task": {"name": "mqar", "vocab_size": 64, "num_facts": 2, "seq_len": 8},
+                    "model": {"adapter": "linear-mamba", "d_model": 8, "d_state": 4},
+                    "train": dict(suite.data.get("train") or {})}).to_dict()["train"]
     ignore = set(EXECUTION_KEYS.get("train", ())) | {"seed"}
+    if not isinstance(train.get("lr"), list):  # a layer that trains nothing: one lr (0.01)
+        ignore.add("lr")
     keys = (set(ours) | set(train)) - ignore
     return all(ours.get(k) == train.get(k) for k in keys)
 
