@@ -31,7 +31,7 @@ def _same_protocol(suite, train: Mapping) -> bool:
     from recallbench.api.config import resolve
 
     ours = resolve({"task": {"name": "mqar", "vocab_size": 64, "num_facts": 2, "seq_len": 8},
-                    "model": {"adapter": "linear-mamba", "d_model": 8, "d_state": 4},
+                    "model": {"d_model": 8, "d_state": 4},  # the config's default layer
                     "train": dict(suite.data.get("train") or {})}).to_dict()["train"]
     ignore = set(EXECUTION_KEYS.get("train", ())) | {"seed"}
     if not isinstance(train.get("lr"), list):  # a layer that trains nothing: one lr (0.01)
