@@ -85,6 +85,9 @@ def test_a_board_on_two_nodes_one_lost_makes_the_local_cards(tmp_path):
         assert rc == 0, err + out
         assert f"runs on ray@{c.address}, 2 at once" in out
         assert killed.is_set(), "no run was on the second node after the first batch"
+        gone = time.monotonic() + 60  # the head's GCS marks a killed node dead after its
+        while c.nodes()[second]["alive"] and time.monotonic() < gone:  # health checks fail
+            time.sleep(1)
         assert not c.nodes()[second]["alive"]
         on_ray = _records(store)
         nodes = {r["node"]["ray_node_id"] for r in on_ray}
