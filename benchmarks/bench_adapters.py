@@ -36,9 +36,12 @@ from selection import runnable_adapters  # benchmarks/selection.py
 YARDSTICK = "linear-mamba"
 
 
-def make_step(name: str) -> Callable[[], None]:
-    """One training step of adapter ``name`` in the benchmark setting (model built once)."""
-    cfg = resolve({"model": {"adapter": name, "d_model": 64, "d_state": 16, "n_layers": 1}})
+def make_step(name: str, d_model: int = 64, d_state: int = 16,
+              task: dict | None = None) -> Callable[[], None]:
+    """One training step of adapter ``name`` (model, batch of 32 and optimiser built once):
+    by default in the benchmark setting, else at ``d_model``, ``d_state`` on ``task``."""
+    cfg = resolve({"model": {"adapter": name, "d_model": d_model, "d_state": d_state,
+                             "n_layers": 1}, **({"task": task} if task else {})})
     torch.manual_seed(0)
     model = RecallModel(ADAPTERS.get(name)(cfg.model), cfg.task.vocab_size)
     x, y = cfg.task.sample(32, torch.Generator().manual_seed(0))

@@ -21,34 +21,17 @@ import sys
 import torch
 
 from bench_adapters import CLOCKS, measure  # benchmarks/bench_adapters.py
-from recallbench.api.config import resolve
+from bench_adapters import make_step as adapter_step
 from recallbench.api.errors import ConfigError
 from recallbench.api.fields import check_range, fail
-from recallbench.api.registry import ADAPTERS
-from recallbench.harness.loop import masked_loss
-from recallbench.harness.model import RecallModel
 
 NAMES = ("rwkv6", "linear-mamba")
 
 
 def make_step(name: str, d_model: int, d_state: int, vocab: int, facts: int, seq_len: int):
-    """One training step of adapter ``name`` on MQAR (model, batch and optimiser built once)."""
-    cfg = resolve({"model": {"adapter": name, "d_model": d_model, "d_state": d_state, "n_layers": 1},
-                   "task": {"name": "mqar", "vocab_size": vocab, "seq_len": seq_len, "num_facts": facts}})
-    torch.manual_seed(0)
-    model = RecallModel(ADAPTERS.get(name)(cfg.model), cfg.task.vocab_size)
-    x, y = cfg.task.sample(32, torch.Generator().manual_seed(0))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def step():
-        loss = masked_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
-    for _ in range(2):  # warm-up
-        step()
-    return step
+    """One training step of adapter ``name`` on MQAR (``bench_adapters.make_step``)."""
+    return adapter_step(name, d_model, d_state,
+                        {"name": "mqar", "vocab_size": vocab, "seq_len": seq_len, "num_facts": facts})
 
 
 def settings(facts: list[int]) -> list[tuple[str, tuple[int, int, int, int, int]]]:
