@@ -45,7 +45,7 @@ from recallbench.leaderboard.suite import SUBMISSIONS_DIR, SUITE_FILE, Suite, lo
 from recallbench.leaderboard.yaml_io import read_yaml_data
 
 SUB_KEYS = {"schema", "suite", "suite_recipe_sha256", "model", "budgets", "scoring", "impossible",
-            "environment", "created", "sha256", "artifacts"}
+            "environment", "created", "sha256", "artifacts", "reseed_of"}
 MODEL_KEYS = {"name", "adapter", "description", "url", "library", "config", "config_hash",
               "provenance"}
 MODEL_REQUIRED = {"name", "adapter", "config", "config_hash", "library"}
@@ -81,7 +81,11 @@ def _hash_of(what: Callable[[], str], where: str) -> str:
 
 def _check_header(sub: Any, suite: Suite, where: str) -> None:
     """Fields, schema, content sha256, suite, recipe hash, scoring, environment, paths."""
-    check_keys(sub, SUB_KEYS, SUB_KEYS - {"artifacts", "created"}, where)
+    check_keys(sub, SUB_KEYS, SUB_KEYS - {"artifacts", "created", "reseed_of"}, where)
+    need(sub.get("reseed_of") == suite.data.get("reseed_of"), where,
+         "a re-seeding (it has reseed_of): it belongs in the suite's reseeds/ folder, not "
+         "submissions/" if "reseed_of" in sub and "reseed_of" not in suite.data else
+         "reseed_of differs from what the re-seeding was checked against")
     check_fields(sub, HEADER, where)
     if "created" in sub:
         check_created(sub["created"], where)

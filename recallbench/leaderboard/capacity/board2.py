@@ -25,6 +25,7 @@ from recallbench.law.run_card_render import draw, headline
 from recallbench.leaderboard.capacity.board import (APART, BOUND, GROWS, MEASURED, NO_RECALL,
                                                     _ci, _cpu_min, _html_table, _md_table, _state,
                                                     _why, apart, bounded, figures)
+from recallbench.leaderboard.capacity import reseed_docs
 from recallbench.leaderboard.capacity.method2 import machine_text, settings
 from recallbench.leaderboard.markdown import code, md, readme_head
 from recallbench.leaderboard.page import (PAGE, _e, _href, document, file_links, plain as text_of,
@@ -166,8 +167,9 @@ def intro_items(suite: Suite) -> list[tuple[str, str]]:
                        f"slope free), {int(suite.scoring['level'] * 100)}% intervals")]
 
 
-def render_markdown(suite: Suite, rows: list[dict]) -> str:
-    """The suite's README.md: intro, a ranking per budget, the cards apart, work and time."""
+def render_markdown(suite: Suite, rows: list[dict], reseeds: list[dict] = ()) -> str:
+    """The suite's README.md: intro, a ranking per budget, the cards apart, work and time,
+    the re-seeded cards (``reseed_docs.rows``)."""
     lines = readme_head(suite) + [f"- **{k}**: {md(v)}" for k, v in intro_items(suite)]
     lines += ["", RANKING_NOTE]
     for b in suite.budgets:
@@ -181,6 +183,9 @@ def render_markdown(suite: Suite, rows: list[dict]) -> str:
     head, body = work_table(suite, rows)
     lines += ["", "## Training work and CPU time per adapter", ""]
     lines += _md_table(head, body or [["–"] * len(head)])
+    if reseeds:
+        lines += ["", "## Re-seeded cards", "", reseed_docs.NOTE, ""]
+        lines += _md_table(reseed_docs.HEAD, reseed_docs.table(reseeds))
     lines += ["", "## How to read", "", HOW_TO_READ + " More: [docs/capacity.md]"
               "(../../docs/capacity.md).", "",
               "Each card's figure (every run's share above the guess against N_f, the fitted "
@@ -231,9 +236,11 @@ def _card_html(r: Mapping, png: bytes | None) -> str:
                       _html_table(CELL_HEAD, _cell_rows(c), ()), "</article>"])
 
 
-def page_html(suite: Suite, rows: list[dict], pngs: Mapping | None) -> str:
-    """The page: intro, a ranking per budget, the cards apart, work and CPU time, every card
-    with its figure (``pngs`` by (file, budget); missing: an empty image; None: none)."""
+def page_html(suite: Suite, rows: list[dict], pngs: Mapping | None,
+              reseeds: list[dict] = ()) -> str:
+    """The page: intro, a ranking per budget, the cards apart, work and CPU time, the
+    re-seeded cards, every card with its figure (``pngs`` by (file, budget); missing: an
+    empty image; None: none)."""
     d = suite.data
     body = [f"<h1>Leaderboard: {_e(d.get('title') or suite.name)}</h1>"]
     if suite.retired:
@@ -260,8 +267,12 @@ def page_html(suite: Suite, rows: list[dict], pngs: Mapping | None) -> str:
                   for r in mine]
     head, work = work_table(suite, rows)
     body += ['<h2 id="work">Training work and CPU time per adapter</h2>',
-             _html_table(head, work or [["–"] * len(head)], (0, 1)),
-             '<h2 id="how">How to read</h2>', f'<p>{_e(HOW_TO_READ.replace("**", ""))} More: '
+             _html_table(head, work or [["–"] * len(head)], (0, 1))]
+    if reseeds:
+        body += ['<h2 id="reseeds">Re-seeded cards</h2>',
+                 f'<p class="note">{_e(reseed_docs.NOTE.replace("`", ""))}</p>',
+                 _html_table(reseed_docs.HEAD, reseed_docs.table(reseeds), (0, 1, 2, 3))]
+    body += ['<h2 id="how">How to read</h2>', f'<p>{_e(HOW_TO_READ.replace("**", ""))} More: '
              "docs/capacity.md in the repository.</p>", '<h2 id="cards">Cards</h2>',
              '<div class="cards">' + ("\n".join(cards) or "<p>No submissions yet.</p>") + "</div>"]
     return document(suite, body)
@@ -271,7 +282,8 @@ def render(suite: Suite, subs: list[tuple[Path, Mapping]], *, check: bool = Fals
            plot: bool = True) -> tuple[bool, list[str]]:
     """Write (or with ``check``, compare) README.md and index.html: (up_to_date, messages)."""
     rows = card_rows(suite, subs)
-    text = render_markdown(suite, rows)
+    reseeds = reseed_docs.rows(reseed_docs.valid_reseeds(suite, subs))
+    text = render_markdown(suite, rows, reseeds)
     readme, page = suite.dir / README, suite.dir / PAGE
     again = f"run `recallbench leaderboard render {suite.dir}`"
     if check:
@@ -281,11 +293,11 @@ def render(suite: Suite, subs: list[tuple[Path, Mapping]], *, check: bool = Fals
         if not page.is_file():
             msgs.append(f"{page} is missing: {again}")
         elif (without_images(page.read_text(encoding="utf-8", errors="replace"))
-              != without_images(page_html(suite, rows, {}))):
+              != without_images(page_html(suite, rows, {}, reseeds))):
             msgs.append(f"{page} is stale: {again}")
         return not msgs, msgs
     readme.write_text(text, encoding="utf-8")
-    page.write_text(page_html(suite, rows, figures(rows, draw) if plot else None),
+    page.write_text(page_html(suite, rows, figures(rows, draw) if plot else None, reseeds),
                     encoding="utf-8")
     n = sum(len(ranked(rows, b["name"])) for b in suite.budgets)
     return True, [f"wrote {readme} ({len(rows)} card(s), {n} ranked)", f"wrote {page}"]

@@ -35,18 +35,19 @@ def default_seeds(seeds: Sequence[int]) -> list[int]:
     return out
 
 
-def check_seeds(new: Sequence[int], suite) -> list[int]:
-    """``new`` if usable: distinct, in [0, 1000), none of the suite's; else a ConfigError."""
+def check_seeds(new: Sequence[int], suite, name: str = "--seeds") -> list[int]:
+    """``new`` if usable: distinct, in [0, 1000), none of the suite's; else a ConfigError
+    naming ``name``."""
     stride = card_search.SEED_STRIDE
     if not new or len(set(new)) != len(new):
-        raise ConfigError(f"--seeds {','.join(map(str, new))}: must be distinct seeds")
+        raise ConfigError(f"{name} {','.join(map(str, new))}: must be distinct seeds")
     bad = [s for s in new if not 0 <= s < stride]
     if bad:
-        raise ConfigError(f"--seeds: {bad[0]} is not allowed: seeds are in [0, {stride}) "
+        raise ConfigError(f"{name}: {bad[0]} is not allowed: seeds are in [0, {stride}) "
                           f"(the j-th batch of a seed s uses s + {stride}·j)")
     shared = sorted(set(new) & set(suite.seeds))
     if shared:
-        raise ConfigError(f"--seeds: {shared[0]} is one of the submission's seeds "
+        raise ConfigError(f"{name}: {shared[0]} is one of the submission's seeds "
                           f"({', '.join(map(str, suite.seeds))}); re-seeding needs disjoint seeds")
     return list(new)
 

@@ -1,0 +1,100 @@
+"""Re-seedings kept on a method-2 board (``verify --reseed --write``, ``<suite>/reseeds/``):
+written, checked like a submission, shown beside the submission by ``render``; forged or
+misplaced ones refused in one line by ``validate`` and ``render``."""
+import shutil
+
+import pytest
+
+from recallbench import leaderboard as lb
+from recallbench.leaderboard.capacity import reseed_docs
+from recallbench.leaderboard.submission import content_sha256, write_submission
+from test_capacity_suite_v2 import board2  # noqa: F401  (the module's fixture)
+from test_leaderboard_tamper import _assert_one_line
+
+
+@pytest.fixture(scope="module")
+def reseeded(board2, tmp_path_factory):  # noqa: F811
+    """A copy of the board with the designed model's card re-seeded (seeds 2, 3) and kept."""
+    from recallbench.cli.main import main
+
+    _, path, _, _ = board2
+    tmp = tmp_path_factory.mktemp("reseeded")
+    d = tmp / path.parent.parent.name
+    shutil.copytree(path.parent.parent, d)
+    out = d / reseed_docs.RESEEDS_DIR / "designed.yaml"
+    assert main(["leaderboard", "verify", str(d / "submissions" / path.name), "--reseed",
+                 "--store", str(tmp / "s"), "--write", str(out)]) == 0
+    return d, out, lb.read_yaml_data(out)
+
+
+def _forge(d, doc, name="designed.yaml"):
+    out = d / reseed_docs.RESEEDS_DIR / name
+    write_submission({**doc, "sha256": content_sha256(doc)}, out)
+    return out
+
+
+def test_the_re_seeding_validates_and_the_board_shows_it(reseeded, cli):
+    d, out, doc = reseeded
+    assert doc["reseed_of"]["seeds"] == [2, 3] and doc["reseed_of"]["submission_seeds"] == [0, 1]
+    seeds = {p["seed"] % 1000 for b in doc["budgets"] for p in b["points"]}
+    assert seeds == {2, 3}
+    rc, text, err = cli("leaderboard", "validate", str(d))
+    assert rc == 0, err
+    assert "re-seeding of designed.yaml with seeds 2, 3" in text
+    rc, _, err = cli("leaderboard", "render", str(d))
+    assert rc == 0, err
+    readme = (d / "README.md").read_text()
+    section = readme[readme.index("## Re-seeded cards"):readme.index("## How to read")]
+    assert "| designed | " in section and "0, 1: " in section and "2, 3: " in section
+    assert "| yes | 2 of 2 |" in section  # the designed circuit: 6.61 and 6.51, both measured
+    assert "Re-seeded cards" in (d / "index.html").read_text()
+
+
+@pytest.mark.parametrize("case, match", [
+    ("card", "card"),
+    ("seeds", "reseed_of.seeds: 0 is one of the submission's seeds"),
+    pytest.param("unknown", "not on this board", marks=pytest.mark.slow),
+    pytest.param("missing", "not a re-seeding", marks=pytest.mark.slow),
+])
+def test_a_forged_re_seeding_is_refused_by_validate_and_render(reseeded, cli, tmp_path,
+                                                               case, match):
+    d0, _, doc = reseeded
+    d = tmp_path / d0.name
+    shutil.copytree(d0, d)
+    doc = {**doc, "reseed_of": dict(doc["reseed_of"])}
+    if case == "card":  # the re-seeded card's N50 moved: the points no longer make it
+        b = dict(doc["budgets"][0])
+        b["card"] = {**b["card"], "n50": {**b["card"]["n50"], "value": 99.0}}
+        doc["budgets"] = [b] + doc["budgets"][1:]
+    elif case == "seeds":
+        doc["reseed_of"]["seeds"] = [0, 3]
+    elif case == "unknown":
+        doc["reseed_of"]["submission_sha256"] = "0" * 64
+    else:
+        del doc["reseed_of"]
+    _forge(d, doc)
+    rc, _, err = cli("leaderboard", "validate", str(d))
+    _assert_one_line(rc, err, "reseeds/designed.yaml", match)
+    if case == "seeds":  # render reads the board through the same checks
+        rc, _, err = cli("leaderboard", "render", str(d), "--no-plot")
+        _assert_one_line(rc, err, "reseeds/designed.yaml", match)
+
+
+def test_a_re_seeding_among_the_submissions_is_refused(reseeded, cli, tmp_path):
+    d0, out, _ = reseeded
+    d = tmp_path / d0.name
+    shutil.copytree(d0, d)
+    shutil.copy(out, d / "submissions" / "designed-reseeded.yaml")
+    rc, _, err = cli("leaderboard", "validate", str(d))
+    assert rc == 2 and "belongs in the suite's reseeds/ folder" in err
+
+
+def test_write_to_an_existing_file_is_refused_before_training(reseeded, cli, tmp_path):
+    d, out, _ = reseeded
+    rc, _, err = cli("leaderboard", "verify", str(d / "submissions" / "designed.yaml"),
+                     "--reseed", "--store", str(tmp_path / "s2"), "--write", str(out))
+    _assert_one_line(rc, err, "--write", "exists")
+    assert not (tmp_path / "s2").exists()
+    rc, _, err = cli("leaderboard", "verify", str(d / "submissions" / "designed.yaml"),
+                     "--write", str(tmp_path / "x.yaml"))
+    _assert_one_line(rc, err, "--write", "go with --reseed")
