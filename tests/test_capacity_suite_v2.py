@@ -88,7 +88,7 @@ def test_run_submit_validate_render_a_method_2_suite(board2, cli):
     machine = card["machine"][0]
     assert f"{machine['model']}, {machine['cpus']} CPUs" in text
     page = (suite.dir / "index.html").read_text()
-    assert page.count('src="data:image/png;base64,') == 1 and "Mtok" in page
+    assert page.count('src="data:image/png;base64,') == 2 and "Mtok" in page  # card, board
     rc, out, err = cli("leaderboard", "render", str(suite.dir), "--check")
     assert rc == 0, err + out
 

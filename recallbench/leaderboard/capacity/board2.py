@@ -25,7 +25,7 @@ from recallbench.law.run_card_render import draw, headline
 from recallbench.leaderboard.capacity.board import (APART, BOUND, GROWS, MEASURED, NO_RECALL,
                                                     _ci, _cpu_min, _html_table, _md_table, _state,
                                                     _why, apart, bounded, figures)
-from recallbench.leaderboard.capacity import reseed_docs
+from recallbench.leaderboard.capacity import board_figure, reseed_docs
 from recallbench.leaderboard.capacity.method2 import machine_text, settings
 from recallbench.leaderboard.markdown import code, md, readme_head
 from recallbench.leaderboard.page import (PAGE, _e, _href, document, file_links, plain as text_of,
@@ -171,7 +171,7 @@ def render_markdown(suite: Suite, rows: list[dict], reseeds: list[dict] = ()) ->
     """The suite's README.md: intro, a ranking per budget, the cards apart, work and time,
     the re-seeded cards (``reseed_docs.rows``)."""
     lines = readme_head(suite) + [f"- **{k}**: {md(v)}" for k, v in intro_items(suite)]
-    lines += ["", RANKING_NOTE]
+    lines += ["", f"![{board_figure.ALT}]({board_figure.FIGURE})", "", RANKING_NOTE]
     for b in suite.budgets:
         model = ", ".join(f"{k}={v}" for k, v in b["model"].items())
         body = [ranked_cells(r) for r in ranked(rows, b["name"])] or [["–"] * len(HEAD)]
@@ -236,6 +236,14 @@ def _card_html(r: Mapping, png: bytes | None) -> str:
                       _html_table(CELL_HEAD, _cell_rows(c), ()), "</article>"])
 
 
+def _board_img(pngs: Mapping | None) -> str:
+    if pngs is None:
+        return '<p class="note">The board\'s figure was not rendered (<code>--no-plot</code>).</p>'
+    png = pngs.get(board_figure.FIGURE, b"")
+    return (f'<figure><img alt="{_e(board_figure.ALT)}" '
+            f'src="data:image/png;base64,{base64.b64encode(png).decode()}"></figure>')
+
+
 def page_html(suite: Suite, rows: list[dict], pngs: Mapping | None,
               reseeds: list[dict] = ()) -> str:
     """The page: intro, a ranking per budget, the cards apart, work and CPU time, the
@@ -249,7 +257,7 @@ def page_html(suite: Suite, rows: list[dict], pngs: Mapping | None,
         body.append(f"<p>{_e(str(d['description']).strip())}</p>")
     body.append('<dl class="suite">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>"
                                                for k, v in intro_items(suite)) + "</dl>")
-    body += [file_links(), f'<p class="note">{_e(RANKING_NOTE.replace("**", ""))}</p>']
+    body += [file_links(), _board_img(pngs), f'<p class="note">{_e(RANKING_NOTE.replace("**", ""))}</p>']
     cards = []
     for b in suite.budgets:
         model = ", ".join(f"{k}={v}" for k, v in b["model"].items())
@@ -292,12 +300,18 @@ def render(suite: Suite, subs: list[tuple[Path, Mapping]], *, check: bool = Fals
             msgs.append(f"{readme} is stale: {again}")
         if not page.is_file():
             msgs.append(f"{page} is missing: {again}")
+        if rows and not (suite.dir / board_figure.FIGURE).is_file():
+            msgs.append(f"{suite.dir / board_figure.FIGURE} is missing: {again}")
         elif (without_images(page.read_text(encoding="utf-8", errors="replace"))
               != without_images(page_html(suite, rows, {}, reseeds))):
             msgs.append(f"{page} is stale: {again}")
         return not msgs, msgs
     readme.write_text(text, encoding="utf-8")
-    page.write_text(page_html(suite, rows, figures(rows, draw) if plot else None, reseeds),
-                    encoding="utf-8")
+    pngs = None
+    if plot:
+        pngs = figures(rows, draw)
+        pngs[board_figure.FIGURE] = board_figure.draw_board(
+            suite, rows, suite.dir / board_figure.FIGURE).read_bytes()
+    page.write_text(page_html(suite, rows, pngs, reseeds), encoding="utf-8")
     n = sum(len(ranked(rows, b["name"])) for b in suite.budgets)
     return True, [f"wrote {readme} ({len(rows)} card(s), {n} ranked)", f"wrote {page}"]
