@@ -1,0 +1,87 @@
+"""``recallbench leaderboard verify --reseed`` and the re-seedings ``validate`` checks.
+
+``reseed_command``: each card of a method-2 submission re-run from disjoint seeds
+(:mod:`recallbench.leaderboard.capacity.reseed`), printed with its agreement, exit 1 when a
+card disagrees; with ``--write FILE`` kept as a re-seeding document
+(:mod:`recallbench.leaderboard.capacity.reseed_docs`).  ``validate_reseeds``: the
+re-seedings of each suite folder ``validate`` is given.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from recallbench.api.errors import ConfigError
+
+
+def validate_reseeds(files: list[str], entries) -> list[str]:
+    """The re-seedings of each suite folder named (``<suite>/reseeds/``): printed, and the
+    reasons of those refused."""
+    from recallbench import leaderboard as lb
+    from recallbench.leaderboard.capacity.reseed_docs import check_reseeds
+
+    errors = []
+    for d in (Path(f) for f in files):
+        if not (d.is_dir() and (d / lb.SUITE_FILE).is_file()):
+            continue
+        suite = lb.load_suite(d)
+        subs = [(e.path, e.sub) for e in entries if e.sub is not None
+                and Path(os.path.abspath(e.path)).parent.parent == Path(os.path.abspath(d))]
+        for path, doc, target, error in check_reseeds(suite, subs):
+            if error:
+                print(f"INVALID {error}")
+                errors.append(error)
+            else:
+                print(f"ok {path}: re-seeding of {target[0].name} with seeds "
+                      f"{', '.join(map(str, doc['reseed_of']['seeds']))}")
+    return errors
+
+
+def reseed_command(args, entry, suite) -> int:
+    """``verify --reseed``: each card re-run from disjoint seeds (``leaderboard.reseed``),
+    with ``--write`` kept as a re-seeding document (``capacity.reseed_docs``)."""
+    from recallbench import leaderboard as lb
+    from recallbench.leaderboard.capacity.reseed import reseed
+
+    if not args.reseed:
+        raise ConfigError("--seeds, --store and --write go with --reseed")
+    if not args.store:
+        raise ConfigError("--reseed needs --store DIR: the result store the re-seeded runs go "
+                          "to (nothing trained is lost; a rerun resumes)")
+    if not 1 <= args.workers <= (os.cpu_count() or 1):
+        raise ConfigError(f"--workers {args.workers} is not allowed: must be in "
+                          f"[1, {os.cpu_count() or 1}]")
+    seeds = _seed_list(args.seeds) if args.seeds else None
+    out = Path(args.write) if args.write else None
+    if out is not None:  # before the work, not after it
+        from recallbench.cli.main import check_writable
+        from recallbench.leaderboard.checks import check_file_name
+
+        if out.exists() or out.is_symlink():
+            raise ConfigError(f"--write {out}: exists; remove it first or name another file")
+        try:
+            check_file_name(out)
+        except ConfigError as exc:
+            raise ConfigError(f"--write {exc}") from None
+        check_writable(out, "--write")
+    rows = reseed(entry.sub, suite, args.store, seeds=seeds, workers=args.workers,
+                  log=lambda m: print(m, flush=True))
+    if out is not None:
+        from recallbench.leaderboard.capacity.reseed_docs import document
+        from recallbench.leaderboard.submission import write_submission
+
+        doc = document(entry.sub, suite, rows[0]["seeds"][1], lb.load_store_records([args.store]))
+        write_submission(doc, out)
+        print(f"re-seeding written to {out} (sha256 {doc['sha256'][:12]}…)")
+    bad = [r for r in rows if r["agreement"]["agree"] is False]
+    print(f"reseed {'FAILED' if bad else 'ok'}: {len(rows) - len(bad)} of {len(rows)} card(s) "
+          "agree with the submission's (N50 ranges overlap)")
+    return 1 if bad else 0
+
+
+def _seed_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds {text}: must be integers separated by commas, "
+                          "such as 2,3") from None
