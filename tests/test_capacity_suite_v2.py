@@ -276,7 +276,9 @@ def test_the_board_ranks_by_n50_per_kbit_and_lists_bounds_apart(board2):
     text = capacity_board.render_markdown(suite, rows)
     table = text.split("## D32-N8")[1].split("Bounds (not ranked)")[0]
     assert "bound" not in table.split("|---|")[1]
-    assert "- bound (designed), S = 512: N50 ≥ 30, N50 per kbit ≥ 8, S_eff/S ≥" in text
+    shape = run_card_board.shape_text(card["state_shape"])  # the state's shape beside S
+    assert shape and (f"- bound (designed), S = 512 ({shape}): N50 ≥ 30, N50 per kbit ≥ 8, "
+                      "S_eff/S ≥") in text
     assert "why: too few runs" in text
     page = capacity_board.page_html(suite, rows, {})
     assert page.count('<article class="card"') == 5

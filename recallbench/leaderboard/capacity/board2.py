@@ -21,7 +21,7 @@ from typing import Mapping
 
 from recallbench.law.card_render import estimate, num
 from recallbench.law.run_card import MAX_SPREAD, MIN_OBSERVED
-from recallbench.law.run_card_render import draw, headline
+from recallbench.law.run_card_render import draw, headline, shape_text
 from recallbench.leaderboard.capacity.board import (APART, BOUND, GROWS, MEASURED, NO_RECALL,
                                                     _ci, _cpu_min, _html_table, _md_table, _state,
                                                     _why, apart, bounded, figures)
@@ -33,7 +33,7 @@ from recallbench.leaderboard.page import (PAGE, _e, _href, document, file_links,
 from recallbench.leaderboard.suite import SUBMISSIONS_DIR, Suite
 from recallbench.leaderboard.markdown import README
 
-HEAD = ("#", "model", "adapter", "S", "N50 [95%]", "N50 per kbit [95%]", "S_eff/S [95%]",
+HEAD = ("#", "model", "adapter", "S (shape)", "N50 [95%]", "N50 per kbit [95%]", "S_eff/S [95%]",
         "runs (batches)", "work Mtok", "CPU min", "machine")
 CELL_HEAD = ("N_f", "L", "runs", "failed", "median accuracy", "min", "max", "guess",
              "at the guess")
@@ -53,7 +53,8 @@ HOW_TO_READ = (
     "cell lies above half (the capacity may lie beyond them), ≤ a value when every cell lies "
     "below, unresolved in [a, b] when the cells bracket it but its interval is too wide; "
     "never shown as a measurement. **No recall** means no run rose above its guess level: "
-    "N50 ≤ the smallest N_f tried. S: state scalars per sequence; S_eff/S: the state of the "
+    "N50 ≤ the smallest N_f tried. S: state scalars per sequence, with the state's shape "
+    "(heads × key × value, or the layer's own terms); S_eff/S: the state of the "
     "linear reference whose 50% point is the model's N50, over the model's own; runs "
     "(batches): the card's runs, and its batches of one run per seed at one N_f; work: "
     "millions of tokens (Mtok) trained, every learning-rate candidate counted, of the "
@@ -106,10 +107,16 @@ def _batches(card: Mapping) -> int:
 def ranked_cells(r: Mapping) -> list[str]:
     """A ranked row's cells, in the order of :data:`HEAD`."""
     c = r["card"]
-    return [str(r["rank"]), r["model"], r["adapter"], _state(r), estimate(c.get("n50")),
+    return [str(r["rank"]), r["model"], r["adapter"], state_text(r), estimate(c.get("n50")),
             estimate(c.get("n50_per_kbit")), estimate(c.get("ratio")),
             f"{len(c.get('runs') or [])} ({_batches(c)})", num(c.get("work_mtok")),
             _cpu_min(c), machine_text(c)]
+
+
+def state_text(r: Mapping) -> str:
+    """S with the state's shape (``run_card_render.shape_text``) when the card names one."""
+    shape = shape_text(r["card"].get("state_shape"))
+    return _state(r) + (f" ({shape})" if shape and r["state_size"] else "")
 
 
 def _spent(c: Mapping) -> str:
@@ -120,7 +127,7 @@ def _spent(c: Mapping) -> str:
 def apart_text(r: Mapping) -> str:
     """One line for a card listed apart (a bound, no recall, a state that grows with L)."""
     c = r["card"]
-    who = f"{r['model']} ({r['adapter']}), S = {_state(r)}: "
+    who = f"{r['model']} ({r['adapter']}), S = {state_text(r)}: "
     if r["kind"] == GROWS:
         return (who + f"N50 {estimate(c.get('n50'))}, S_eff {estimate(c.get('s_eff'))} (no "
                 f"fixed S: no per-kbit figure); {_spent(c)}")
