@@ -1,72 +1,22 @@
-"""When a run stops, and whether it converged: one validation history, kept the same way
-by the single run (:class:`recallbench.harness.module.RecallModule`) and by each member of
-a batched ensemble (:mod:`recallbench.harness.ensemble.train`).
+"""When a run stops, and whether it converged: one validation history, kept alike by the single
+run (:class:`recallbench.harness.module.RecallModule`) and by each ensemble member.
 
-Every validation adds ``(step, accuracy)``.  The run stops
-
-* at ``early_stop``: the accuracy exceeds ``train.early_stop`` (strictly, as Lightning's
-  ``EarlyStopping``);
-* on a plateau: ``train.patience`` validations in a row did not raise the best accuracy
-  by more than the validation set can resolve (:meth:`History.resolution`: one standard
-  error of the best accuracy on the validation queries, at least :data:`MIN_DELTA`; null
-  patience: never), counted only once validation has left the guess level (below);
-* else at ``train.max_steps``, the cap.
-
-``converged`` is true when the run stopped at early_stop or on a plateau, and also when it
-reached the cap on a plateau (its last ``patience`` validations, :data:`PLATEAU_WINDOW`
-when patience is null, raised nothing beyond that resolution): the cap did not cut it
-short.  It is false when the run hit the cap while still improving, or (patience set)
-still at the guess level, so its accuracy is a lower bound of what the layer can recall,
-not its capacity.  ``steps_to[level]`` is the
-first validation step whose accuracy reached ``level`` (:data:`LEVELS`), null if none did.
+A run stops at ``train.early_stop`` (a validation accuracy strictly above it), on a plateau
+(``train.patience`` validations in a row that raise the best accuracy by no more than the set
+resolves, :meth:`History.resolution`), else at the cap ``train.max_steps``.  With patience set,
+the wait starts only once a validation exceeds the task's guess level by :data:`GUESS_MARGIN`
+binomial standard errors (:attr:`History.left_guess`): a run still guessing is not on a plateau;
+with null patience the guess level plays no part.  ``converged``: stopped at early_stop or on a
+plateau, or reached the cap on one (its last ``patience`` validations, :data:`PLATEAU_WINDOW`
+when null, raised nothing); false means the accuracy is a lower bound.  ``steps_to``: the first
+validation step reaching each of :data:`LEVELS`.  :meth:`History.improving_before` (a cap under
+``train.lr_rung``): did the window before the anneal gain more than the anneal did?
 
     >>> h = History(early_stop=0.99, patience=2)
     >>> for step, acc in [(25, 0.4), (50, 0.6), (75, 0.6), (100, 0.6)]:
     ...     _ = h.add(step, acc)
     >>> h.stop_reason, h.converged(), h.steps_to()
     ('plateau', True, {'0.5': 50, '0.9': None, '0.99': None})
-
-A gain smaller than the validation set's standard error is not a gain the set can tell
-from the model's fluctuation: with 2,048 validation queries at accuracy 0.46 the standard
-error is 0.011, so creeping by 0.002 a validation is a plateau, not progress.
-
-    >>> h = History(early_stop=None, patience=3)
-    >>> [h.add(50 * i, 0.46 + 0.002 * i, total=2048) for i in range(1, 5)]
-    [False, False, False, True]
-
-**Patience counts only once validation has left the guess level.**  Given the task's
-guess level ``guess`` (:meth:`recallbench.api.task.Task.guess_level`, top-1: the accuracy
-of guessing uniformly among the values in the context, 1/N_f for MQAR), the ``wait`` does
-not start until a validation accuracy exceeds ``guess`` by :data:`GUESS_MARGIN` binomial
-standard errors of the guess level on the validation queries, sqrt(g (1 - g) / total), at
-least :data:`MIN_DELTA` (:meth:`History.left_guess`).  MQAR training typically sits at the
-bag-of-values guess for many validations and then jumps: that is a run that has not
-started recalling, not one that has converged, so it neither stops on a plateau nor is
-judged converged at the cap.  Why three standard errors and not one or two: a model still
-guessing draws a fresh, nearly independent guess at every validation, and over the ~100
-validations of a long run a one-sided 2-sigma excursion (2.3% each) is close to certain,
-a 3-sigma one (0.13% each) unlikely; a wrong "left" restores the old rule (patience could
-stop the run at the guess level), a wrong "not yet" only trains on to the cap, so the
-stricter margin errs on the honest side.  Real learning leaves the guess level by far more.
-
-    >>> g = History(early_stop=None, patience=2, guess=0.25)   # 1/N_f with N_f = 4
-    >>> [g.add(25 * i, 0.25, total=1024) for i in range(1, 7)]
-    [False, False, False, False, False, False]
-    >>> g.left_guess, g.wait, [g.add(s, 0.6, total=1024) for s in (175, 200, 225)]
-    (False, 0, [False, False, True])
-
-**Improving before the anneal** (:meth:`History.improving_before`, used at a cap when
-``train.lr_rung`` is set): a run whose accuracy still rises at its cap may owe that rise to
-the cosine anneal alone, which any cap ends with; doubling the cap (a warm restart) buys
-only what more steps at the peak learning rate buy.  The evidence for that is the gain of
-the last window (``patience`` validations, :data:`PLATEAU_WINDOW` when null) before the
-anneal began.  The run is judged still improving when that gain exceeds both the
-resolution and what the anneal added since; a run not yet off the guess level at the
-anneal's start, or with fewer validations before it than a window, is judged improving.
-
-The guess level is used only where patience is set: with null patience nothing counts
-patience, and the cap's plateau judgment (:data:`PLATEAU_WINDOW`) stays that of the records
-made before the guess level existed, so their ``converged`` keeps its meaning.
 """
 from __future__ import annotations
 

@@ -6,37 +6,17 @@ keeps the best.
 
 One fixed learning rate under-trains some layers: Mamba solves MQAR only inside a narrow
 lr window (Okpekpe & Orvieto, 2025), and Zoology and MAD-lab keep the best of a sweep.
-
-* **Candidates**: one config per learning rate, equal in everything else (the same seed,
-  so the same initial weights and batches): ``lr_candidates.candidates``.
-* **Selection** by VALIDATION accuracy (the best a candidate reached), never by the test
-  set: the highest wins; ties go to fewer steps (the faster to converge), then the smaller
-  lr (``lr_candidates.choose``).  A candidate whose loss became NaN/inf has no accuracy and is never
-  chosen; if every candidate diverged, the run diverged.
-* **Extension** (``train.max_steps_limit``, :mod:`recallbench.harness.module`): the
-  candidates are compared at ``max_steps``, none extended; then only the chosen one, if it
-  was still improving at its cap, goes on from its checkpoint at the cap
-  (:func:`recallbench.harness.single.extend`: its weights, AdamW and scheduler state and data
-  position, kept in memory), its cap doubling while it improves: step for step the run
-  its lr trains alone with the limit, without training its first ``max_steps`` again.  A candidate
-  stuck at the guess level beside one that learned is not extended (three candidates each
-  extended to an 8,000-step limit cost 2.2x the steps on a Mamba-2 cell where two stayed at
-  the guess).  The chosen candidate's ``lr_search`` entry then holds its extended run (its
-  best validation accuracy can only rise; its added steps may lose a tie it won at the cap:
-  ``leaderboard.protocol`` checks it against that).  A search with a limit trains one by one (the ensemble does not extend).
-* **Halving** (``train.lr_rung``): the candidates are compared early and only the best
-  trains on (:mod:`recallbench.harness.lr_halving`).
-* **Test**: only the chosen model is scored on the test set.
-* **Record**: the chosen candidate's record (accuracy, steps, convergence, ``lr``) with the
-  search's own config and hash (the list is part of the config: another search is another
-  point), ``lr_search``: one entry per candidate ``{lr, val_accuracy, steps, converged,
-  error}``, and ``train_s`` the whole search's training time.
-* **Batched**: where the adapter's blocks vmap, the candidates train as the members of one
-  batched ensemble (:mod:`recallbench.harness.ensemble`: per-member learning rates),
-  when K times one run's memory estimate fits; otherwise one after another.  The two
-  paths train the same models up to floating-point order (the ensemble's fused read-out
-  and stacked AdamW), so their validation accuracies agree closely, and they choose the
-  same lr unless two candidates are within that noise of each other.
+Candidates (``lr_candidates.candidates``) are one config per lr, equal in all else (the same
+seed: the same initial weights and batches).  Selection is by VALIDATION accuracy, never the
+test set: the highest wins, ties go to fewer steps, then the smaller lr (``lr_candidates.choose``);
+a diverged candidate is never chosen, and if all diverged the run did.  Only the chosen model
+is tested.  With ``train.max_steps_limit`` the candidates are compared at ``max_steps`` and only
+the chosen one is extended (:func:`recallbench.harness.single.extend`); ``train.lr_rung``
+compares them early and trains only the best on (:mod:`recallbench.harness.lr_halving`).  The
+record is the chosen candidate's, with the search's config and hash, ``lr_search`` (one ``{lr,
+val_accuracy, steps, converged, error}`` per candidate) and ``train_s`` the whole search's.
+Where the blocks vmap and no limit is set, the candidates train as one batched ensemble
+(:mod:`recallbench.harness.ensemble`), the same models up to floating-point order.
 """
 from __future__ import annotations
 

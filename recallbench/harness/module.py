@@ -1,56 +1,22 @@
 """RecallModule: the LightningModule that trains a RecallModel on a recall task.
 
-Loss: cross-entropy on labelled positions only, with optional label smoothing.
-Optimizer: AdamW with the paper's betas (0.9, 0.95); schedule warmup → flat →
-cosine to 0 (:mod:`recallbench.harness.schedule`), stepped every optimizer step.
-Validation keeps the best weights seen (in memory) so that the test set is
-scored on the best-validation model, as the paper reports, and adds to the run's
-:class:`~recallbench.harness.convergence.History`, which stops the run at ``early_stop``
-or on a plateau (``train.patience``) and judges whether it converged.
+Loss: cross-entropy on the labelled positions (optional label smoothing); AdamW with the paper's
+betas (0.9, 0.95); warmup → flat → cosine to 0 (:mod:`recallbench.harness.schedule`), stepped
+every optimizer step.  Validation keeps the best weights (in memory), on which the test set is
+scored as the paper reports, and feeds the run's :class:`~recallbench.harness.convergence.History`,
+which stops the run (``early_stop``, ``train.patience``) and judges whether it converged.
 
-**Validation** is the module's own, not Lightning's evaluation loop: after the optimizer
-step of every ``val_every``-th step (and at the cap), :meth:`validate` reads the fixed
-validation set out in batches of 512 at the asked positions only, in eval mode under
-``torch.inference_mode``: the same batches, operations and weights as Lightning's loop
-ran (so the same accuracies, bit for bit), without its per-validation machinery (a
-data loader, hooks, mode switches of the whole module, the progress bar's second bar);
-the validation set moves to the device once.  The loss and the validation accuracy are
-logged only when a progress bar shows them, and a batch already on the run's device is not
-walked by Lightning's transfer: with Lightning's defaults a CPU step of a capacity cell took
-1.08-1.20 times the CPU (``benchmarks/bench_logging.py``).  ``benchmarks/bench_overhead.py``
-measures what the run spends around its steps.  Under ``train.recipe: paper``
-(:mod:`recallbench.api.recipes`) each validation scores fresh sequences (``val_draw``),
-after the optimizer step of every step whose 0-based index is a positive multiple of
-``val_every`` (after 251, 501, ... steps, as the paper's loop), and the warmup starts at 0.
+**Validation** is the module's own (:meth:`validate`, not Lightning's loop): after every
+``val_every``-th optimizer step and at the cap, the fixed validation set in eval mode; under
+``train.recipe: paper`` (:mod:`recallbench.api.recipes`) fresh sequences after steps 251, 501, ...
 
-**Extension** (``train.max_steps_limit`` set): at the cap (first ``max_steps``) the run is
-validated, and if it has not converged (:meth:`History.converged`: still improving, or with
-patience still at the guess level) the cap doubles, at most to the limit, and the same
-run goes on: the same weights, AdamW moments, data stream and scheduler, nothing rebuilt
-(Lightning's step budget is the limit from the start; the module stops it at the current
-cap).  The record counts the doublings (``extended``) and the final cap
-(``max_steps_reached``).  The schedule always spans the current cap C: once C doubles, the
-steps from C on follow the schedule of a 2C-step run (warmup is long over; with the
-default decay_frac 0.5 the flat phase returns, then the cosine decays to 0 over the last
-half of 2C).  So the learning rate, annealed to ~0 at C, restarts at the flat level: a
-warm restart (as SGDR), which is what lets a run stuck on a plateau of the annealed phase
-move again; the alternatives, stretching the finished decay (the lr stays ~0, nothing
-moves) or re-running warmup, either waste the extension or repeat what was done.  The
-best-validation weights are kept throughout, so the restart's transient cannot lower the
-recorded accuracy.
-
-**Continued** (:meth:`resume`, used by :func:`recallbench.harness.single.extend`): a run
-trained without a limit and stopped at its cap goes on under a new Trainer from its
-checkpoint (weights, AdamW and scheduler state, data position), its steps counted from
-``step_offset``; the cap then doubles exactly as :meth:`_extend` doubles it, so the
-continued run is, step for step, the run that had the limit from the start.  A run
-**paused** before its cap (``pause_at``: an lr search's rung, :mod:`~recallbench.harness.lr_halving`)
-stops after that step's validation with its checkpoint and goes on the same way, its cap
-unchanged: the run it would have been unpaused.
-
-**Judged before the anneal** (``train.lr_rung`` set): at a cap the run extends only if, besides
-not having converged, its steps before the anneal were still buying accuracy
-(:meth:`History.improving_before`), not only its anneal.
+**Extension** (``train.max_steps_limit``): a run not converged at its cap goes on with the cap
+doubled, at most to the limit, with the same weights, AdamW moments, data stream and scheduler.
+The schedule spans the current cap, so the lr restarts at its flat level (a warm restart, as
+SGDR); the best-validation weights are kept.  The record counts the doublings (``extended``) and
+the final cap (``max_steps_reached``); with ``train.lr_rung`` a run extends only while
+:meth:`History.improving_before` holds.  :meth:`resume` continues a run stopped at its cap, or
+paused (``pause_at``), from its checkpoint: step for step the run it would have been unstopped.
 """
 from __future__ import annotations
 

@@ -1,52 +1,22 @@
 """Score result records against the recall law: the report behind ``recallbench score``.
 
-Usage::
-
     from recallbench.law.scorer import load_records, score, write_report
     records = load_records(["runs/store", "extra.jsonl"])
     report = score(records)                  # a JSON-ready dict
     write_report(report, "out")              # out/report.json, out/report.md, out/figures/*.png
 
-Vocabulary of the report (docs/theory.md, "Report columns")
------------------------------------------------------------
-* **group**: one model family on one task family.  Model key: adapter, head_pattern,
-  n_heads, d_conv, expand, options (everything but the sizes D, N, Λ).  Task key: the task
-  config less ``num_facts`` and ``seq_len`` (so capacity sweeps over N_f, L stay together).
-* **cell**: one full (task, model) configuration inside a group: a point of the D–N grid.
-* **variant**: a cell's training settings less the seed (and less threads, device,
-  progress); runs of one variant that differ only in ``train.seed`` are seeds.
-* per cell, two labelled views (:mod:`recallbench.law.cells`):
-  - ``best``: best of seeds, the paper's convention: the run with the highest accuracy
-    over all seeds and variants of the cell (selection biases it upward);
-  - ``mean``: mean over seeds, of the variant with the highest mean; its counts are
-    pooled over the seeds (the CI is on the pooled counts), with the per-seed standard
-    deviation and convergence rate beside it.
-  Intervals are Clopper-Pearson 95% (``fit.binomial_interval``).
-* per group: the law applies when the task declares a ``law_family``; the adapter's
-  declared ``law_kind`` gives the paper's a and curve (:mod:`recallbench.law.declared`).
-  The collapse fit (:func:`recallbench.law.fit.fit_collapse`) is made for the kinds whose
-  N and D are the law's own (``theory.COLLAPSE_KINDS``: designed, linear; any group with
-  ``collapse=True``), beside the pooled state efficiency S_eff/S; per model configuration
-  (D, N, Λ): the fitted effective state S_eff (:func:`recallbench.law.fit.fit_effective_state`),
-  the capacity N_f*(δ), the Fano minimum there and b·S / Fano minimum.  A model whose state
-  grows with L (``state_size`` null, attention) gets S_eff but no ratios.  Beside the
-  collapse fit, ``extended``: an extension, not the paper's law
-  (:mod:`recallbench.law.extended`): the collapse with a guessing floor, and the
-  likelihood-ratio test of the paper's law against it.
-* ``impossible``: runs whose accuracy (lower CI bound) needs more bits than the state holds
-  (Lem 4.5, :func:`recallbench.law.fit.fano_check`): a leak or a bug, never a win.
-* ``unconverged``: runs cut by ``max_steps`` while still improving (record ``converged``
-  false; :mod:`recallbench.harness.convergence`): their accuracy is a lower bound, not the
-  layer's capacity.  Each cell counts them (``n_unconverged``); a cell whose best-of-seeds
-  run is one is flagged, shown with its accuracy, and left out of every fit (collapse,
-  S_eff, S_eff/S), so no fit presents it as capacity; ``include_unconverged`` puts such
-  cells in the fits at their lower bound, as a check of how much leaving them out moves a
-  fit (the report says so in its settings and each cell's flag).  Records made before convergence
-  was judged (no ``stop_reason``) only say whether ``early_stop`` was reached, so they
-  count as of unknown convergence and stay in the fits.
-
-Runs with the same config hash are counted once (the last record wins, with a warning).
-In the JSON, ``null`` in a CI bound means unbounded (0 or infinity); floats are plain.
+Vocabulary (docs/theory.md, "Report columns"): a **group** is one model family (the model config
+less D, N, Λ) on one task family (less ``num_facts`` and ``seq_len``); a **cell** one full (task,
+model) configuration; a **variant** a cell's training settings less the seed.  Each cell has two
+views (:mod:`recallbench.law.cells`): ``best`` of seeds (the paper's convention, biased upward)
+and ``mean`` over the seeds of its best variant (pooled counts); intervals are Clopper-Pearson
+95%.  Per group: the collapse fit (:func:`recallbench.law.fit.fit_collapse`, for the kinds of
+``theory.COLLAPSE_KINDS`` or ``collapse=True``) and its extension (:mod:`recallbench.law.extended`);
+per model configuration the effective state S_eff, the capacity N_f*(δ) and b·S over the Fano
+minimum there.  ``impossible``: runs that need more bits than the state holds (Lem 4.5): a leak
+or a bug.  A cell whose best run is unconverged (cut by ``max_steps`` while improving) is
+flagged and left out of every fit unless ``include_unconverged``.  Runs with the same config hash
+count once (the last wins, with a warning); a ``null`` CI bound in the JSON means unbounded.
 """
 from __future__ import annotations
 

@@ -1,67 +1,22 @@
-"""Suites: what every model on a leaderboard is measured on.
+"""Suites: what every model on a leaderboard is measured on (``leaderboards/<suite>/suite.yaml``).
 
-A suite (``leaderboards/<suite>/suite.yaml``, schema ``recallbench.suite/1``)::
+Schema ``recallbench.suite/1``, keys :data:`SUITE_KEYS`: ``name`` (= the folder), ``title``,
+``description``; ``task`` (fixed parameters); ``num_facts`` (the N_f grid) or ``capacity``;
+``seq_len_per_fact`` (L = k·N_f instead of ``task.seq_len``); ``budgets`` (state-size budgets:
+``{name, model, adapters, description}``); ``adapters`` (per-adapter model settings); ``train``
+(the recipe); ``seeds``; ``device``; ``threads``; ``tolerance: {accuracy}`` (``verify``);
+``scoring`` (``scorer.score``'s; ``guess`` false if absent); ``retired`` (why it is closed).
 
-    schema: recallbench.suite/1
-    name: cpu-small                      # = the folder name
-    title: ...; description: ...
-    task: {name: TASK, vocab_size: 128, seq_len: 64}    # fixed task parameters
-    num_facts: [4, 8, 12, 16]            # the grid over N_f
-    seq_len_per_fact: 4                  # optional, instead of task.seq_len: L = 4·N_f
-    budgets:                             # state-size budgets to compare at
-      - name: D32-N8
-        model: {d_model: 32, d_state: 8, n_layers: 1}
-        adapters: {ADAPTER: {n_heads: 2}} # optional per-adapter settings in this budget
-    adapters: {}                         # optional per-adapter model settings, all budgets
-    train: {max_steps: 2500, patience: 10, lr: [0.001, 0.003, 0.01], ...}  # the recipe
-    seeds: [0, 1]
-    device: cpu                          # where `leaderboard run` trains
-    threads: 1
-    tolerance: {accuracy: 0.02}          # `verify`: largest |accuracy difference| allowed
-    scoring: {delta: 0.01, form: eq19, level: 0.95, guess: true}  # passed to scorer.score
-                                         # (guess: judge cells against the guess level;
-                                         # false when absent, the scoring of older suites)
-    retired: "superseded by ..."        # optional: no new runs or submissions
-    capacity: {max_cells: 12, cpu_budget_min: 30}  # a capacity suite (below); max_step: R
-                                         # keeps each new N_f within R times those measured
-                                         # (none when absent, as cpu-v3 searched);
-                                         # fit_budget: true measures the largest N_f that
-                                         # fits the budget left instead of stopping before
-                                         # a next cell that does not (false when absent)
-    capacity: {method: 2, work_budget_mtok: 300, max_batches: 24, max_step: 4}  # or card
-                                         # method 2 (below; method 1 above, when absent)
-
-A **capacity suite** (``capacity`` set; no ``num_facts``) measures each (adapter, budget) by
-``recallbench capacity``'s search (:mod:`recallbench.runs.capacity`): MQAR at the suite's V,
-L = 4·N_f (``seq_len_per_fact: 4``), the N_f the search places, every seed, until the card
-is measured or ``max_cells`` / ``cpu_budget_min`` stop it (CPU minutes of a card's runs,
-those reused from the store included: not wall time, so a shared machine or a resumed run
-stops the search at the same cell).  A
-point is (budget, N_f, seed) with N_f from 2 to V/2 − 1; a submission's budget carries the
-capacity card (``law.card``) built from its points, which validation rebuilds.  With
-``capacity.method: 2``, card method 2's search and card instead, its budget in millions of
-tokens trained (:mod:`recallbench.leaderboard.capacity.method2`).  An adapter
-that trains nothing (``trainable = False``) runs at lr 0.01 instead of the searched list.
-
-The learning rate comes in one of two ways:
-
-* ``train.lr`` (a number, a list or ``auto``): part of every run's config.  A list is a
-  search inside each run (:mod:`recallbench.harness.lr_search`: every candidate trained,
-  the best by *validation* accuracy kept and tested), so a point is (budget, N_f, seed)
-  and its record names the chosen ``lr`` and the ``lr_search``.  Submissions to such a
-  suite must carry the protocol's facts per point (``lr_search``, ``converged``,
-  ``stop_reason``, ``steps_to``): :attr:`Suite.searches_lr`.
-* a top-level ``lr`` list (the first suites): one run per learning rate, a point is
-  (budget, N_f, lr, seed), and the scorer keeps the variant with the best mean *test*
-  accuracy.  Kept so that submissions made that way stay checkable under their suite.
-
-For an adapter, a point's run config is::
-
-    task  = suite.task + {num_facts} (+ {seq_len: seq_len_per_fact · num_facts})
-    model = {adapter} + suite.adapters[adapter] + budget.model + budget.adapters[adapter]
-    train = suite.train + {seed, threads, device, progress: false} (+ {lr}: top-level lr)
-
-Submissions live next to the suite, in ``<suite>/submissions/*.yaml``.
+A **capacity suite** (``capacity`` set, no ``num_facts``) measures each (adapter, budget) by
+the search of ``recallbench capacity`` (method 1, :mod:`recallbench.runs.capacity`: ``{max_cells,
+cpu_budget_min, max_step, fit_budget}``; method 2, :mod:`recallbench.leaderboard.capacity.method2`:
+``{method: 2, work_budget_mtok, max_batches, max_step}``), MQAR at L = 4·N_f with N_f from 2 to
+V/2 − 1; each budget carries the card its points make.  The learning rate is ``train.lr`` (a
+number, a list searched in each run, or ``auto``) or, in the first suites, a top-level ``lr``
+list (one run per lr, the best mean test accuracy kept).  A point's run config: ``task`` =
+suite.task + {num_facts} (+ seq_len); ``model`` = {adapter} + suite.adapters[adapter] +
+budget.model + budget.adapters[adapter]; ``train`` = suite.train + {seed, threads, device,
+progress: false} (+ {lr}).  Submissions live in ``<suite>/submissions/*.yaml``.
 """
 from __future__ import annotations
 

@@ -3,48 +3,20 @@
     out = adaptive_search(base_config, candidates=[(D, N), ...], runner=train.run, tol=0.10)
     out["a"], out["a_ci"], out["runs"]
 
-A full D×N grid spends most of its runs where recall is ≈ 0 or ≈ 1, where a binomial
-count says almost nothing about a.  Instead:
-
-1. Start from the law's prediction: a₀ = ``theory.coefficient_a(kind, family)`` (the
-   adapter's declared law kind: designed, linear or full; ``linear`` for others; the
-   task's declared family) and b₀ = m_V (eq. 20),
-   so p(D, N) = Φ(x − b) with x = √(Λ·N·D / (a·N_f + Λ·N)), the collapse of
-   :func:`recallbench.law.fit.fit_collapse`.
-2. Each round, place ``batch`` runs on not-yet-run candidate cells: among those whose
-   predicted recall lies in ``p_range`` (default 0.05–0.95; if none, the ``batch`` cells
-   nearest to it), greedily pick the cell that most reduces the predicted variance of
-   log a, i.e. the D-optimal choice for a under the Fisher information of the binomial
-   probit model at the current (a, b) (information of a cell:
-   n·φ(z)²/(p(1−p))·g gᵀ, z = x − b, g = (∂z/∂log a, ∂z/∂b)).  This prefers mid-range
-   cells, and cells with different N/(a·N_f) ratios, which separate a from b.  The wide
-   default range is measured: on trained runs, whose recall does not follow the law
-   exactly, searches confined to 0.2–0.8 ended within 10% of the full grid's a on one
-   of six data sets (2 of 12 searches), searches over 0.05–0.95 on three (5 of 12)
-   (``docs/results/adaptive``).  On those trained grids the search is no more reliable
-   than random cell sets of the same size (within ±10% of the full grid's a in 7 of 24
-   searches; random sets in 32% of draws): where the law misfits, a depends on which
-   cells are measured.  On data that follows the law it needs ≤ 10% of a grid's runs.
-3. Run them (``runner(config) -> record``), refit (a, b) with ``fit_collapse`` on every
-   successful record so far, and re-place the next runs with the refit (a, b) (the
-   prior is kept for placement while the fit is still unbounded).
-4. Stop, after at least ``min_runs`` runs (default max(8, 2·batch), so the quasi-binomial
-   dispersion has some degrees of freedom), by the rule ``stop`` names:
-
-   * ``"interval"`` (default): the 95% CI half-width of a, (a_hi − a_lo)/2, is ≤ ``tol``·a
-     and the new a lies inside the previous round's CI (the fit has settled);
-   * ``"stable"``: the fits of the last three rounds agree: each a is within ``tol``/2
-     of the newest.  Trained models scatter around the law far more than binomial noise
-     (dispersion φ of 10²–10³ for short CPU runs), which widens every interval, the full
-     grid's included (±20% and more), so the interval rule cannot be met on such data;
-     the point estimate still settles within a few rounds;
-   * ``"either"``: whichever comes first;
-
-   or when ``max_runs`` runs are spent, or no candidate is left.
-
-The search has no randomness of its own: with a deterministic runner (``train.run`` is,
-for a given ``train.seed``) the same inputs give the same runs and fit.  Cells with
-N > D are dropped (the paper's grids skip them).
+The model is the collapse of :func:`recallbench.law.fit.fit_collapse`, p(D, N) = Φ(x − b) with
+x = √(Λ·N·D / (a·N_f + Λ·N)), started at a₀ = ``theory.coefficient_a(kind, family)`` (the
+adapter's declared law kind, else ``linear``; the task's family) and b₀ = m_V (eq. 20).  Each
+round places ``batch`` runs on candidate cells not yet run whose predicted recall lies in
+``p_range`` (default 0.05–0.95; if none, the nearest), picked greedily to reduce the variance
+of log a most (D-optimal under the binomial probit model's Fisher information at the current
+(a, b)); runs them (``runner(config) -> record``) and refits (a, b) on every successful record
+(the prior keeps placing runs while the fit is unbounded).  After at least ``min_runs`` (default
+max(8, 2·batch)) it stops by ``stop``: ``"interval"`` (default: a's 95% CI half-width ≤ ``tol``·a
+and a inside the previous round's CI), ``"stable"`` (the last three rounds' a within ``tol``/2
+of the newest: trained runs scatter too much for the interval rule) or ``"either"``; or at
+``max_runs`` runs, or with no candidate left.  No randomness of its own: a deterministic runner
+gives the same runs and fit.  Cells with N > D are dropped, as the paper's grids skip them.
+How well it does on trained grids: docs/results/adaptive/README.md.
 """
 from __future__ import annotations
 

@@ -1,41 +1,22 @@
-"""``recallbench capacity``: place MQAR cells over N_f until they bracket one model's capacity.
+"""``recallbench capacity`` method 1 (the retired board cpu-v3's): place MQAR cells over N_f until
+they bracket one model's capacity.  Method 2 is :mod:`recallbench.runs.card_search`.
 
-    result = measure(base_config, seeds=(0, 1), budget_s=1800, executor=..., store=...)
+    result = measure(base_config, seeds=(0, 1), budget_s=1800, run_cell=..., done=...)
     result.card          # recallbench.law.card: "measured", "bound" or "no recall"
 
-One model configuration (adapter, D, N, Λ) on MQAR with L = 4·N_f at one vocabulary V.
-The search starts from the law's prediction for the model's state S (S_eff = S, i.e. the
-linear reference's N_eff = S/(2·D)) and, after each cell, refits S_eff with the guess-aware
-law (``law.card``) and places the next N_f where the fitted law predicts the accuracy the
-card still lacks:
-
-* no converged cell between the guess level and 0.95 at or above p = 0.5: aim at p = 0.75;
-* none below p = 0.5: aim at p = 0.4 (near the middle: a fit on few cells overshoots, and
-  a cell past the aim costs a longer L);
-* else the first of 0.6, 0.4, 0.8, 0.2 at least 0.1 from every such cell (the cheapest
-  first: a higher p is a smaller N_f and a shorter L), else the least covered of them.
-
-A cell at the ceiling with no finite fit doubles the largest N_f; a cell at the guess with
-nothing above it halves the smallest.  ``max_step`` R (``capacity --max-step``, a capacity
-suite's ``capacity.max_step``; none unless given) keeps each new N_f within R times the
-largest and 1/R times the smallest N_f measured.  A trained model's curve falls faster in ln
-N_f than the law's, so the law fitted on one cell near the ceiling can put the next far
-beyond it (on cpu-v3, N_f = 24 at 0.94 placed the next at 163, and 9 placed 54: each needed
-more than the budget left, and the card stopped with one cell); on runs that follow the law
-exactly the limit neither saves nor costs much (tests/test_capacity.py).  N_f runs from
-:data:`MIN_FACTS` to V/2 − 1 (the keys of V).  It stops when the card is measured
-(``law.card.criteria``), when the next N_f was measured already or leaves that range, after
-``max_cells`` cells, or when the time left cannot hold the next cell (its predicted time:
-the new L times the highest time per token of L among the cells trained so far; a cell's
-cost grows faster than its L, since a larger N_f also takes more steps, so the highest rate
-errs long for a longer cell and is about right for a shorter one), or when every run of a
-cell failed; with ``cut`` (``capacity``) also when the budget runs out while a cell trains
-(its runs stopped, not stored).  With ``fit_budget`` (``capacity``'s default, a capacity
-suite's ``capacity.fit_budget``; cpu-v3 searched without it) a next cell beyond every N_f
-measured that does not fit becomes the largest N_f that does, if that is still beyond them
-(:func:`fitting_facts`): on cpu-v3 three cards stopped after one cell with 23-25 of their 30
-CPU-minutes left, because the cell placed next would have needed more.  Every record goes to
-the store as it finishes, so a rerun with the same store resumes without training again.
+One model configuration (adapter, D, N, Λ) on MQAR with L = 4·N_f at one vocabulary V.  The
+search starts from the law's prediction at S_eff = S; after each cell it refits S_eff with the
+guess-aware law (``law.card``) and places the next N_f where the fit predicts the accuracy the
+card lacks: p = 0.75 while no converged cell between the guess and 0.95 lies at or above 0.5,
+p = 0.4 while none lies below, else the first of 0.6, 0.4, 0.8, 0.2 at least 0.1 from every such
+cell (else the least covered).  A cell at the ceiling with no finite fit doubles the largest N_f,
+one at the guess with nothing above halves the smallest; ``max_step`` R keeps each new N_f within
+R times those measured; N_f stays in :data:`MIN_FACTS` to V/2 − 1.  It stops when the card is
+measured (``law.card.criteria``), when the next N_f was measured or leaves that range, after
+``max_cells``, when every run of a cell failed, or when the time left cannot hold the next cell
+(from the highest time per token of L so far; with ``cut`` also mid-cell).  ``fit_budget`` turns
+a next cell that does not fit into the largest N_f beyond those measured that does
+(:func:`recallbench.runs.budget.fitting_facts`).  Records are stored as they finish: reruns resume.
 """
 from __future__ import annotations
 
