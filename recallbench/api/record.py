@@ -1,41 +1,22 @@
 """Result records: what one run measured, as plain JSON.
 
-Schema ``recallbench.result/1`` (every key always present)::
+Schema ``recallbench.result/1``; docs/reference.md ("Result record") gives each key's meaning::
 
     schema, status ("ok" | "failed"), error (null or a one-line reason),
-    accuracy, accuracy_topk, top_k, correct, correct_topk, total (train.test_size × the
-    task's queries per sequence: :func:`run_problem`),
-    val_accuracy (best validation accuracy), best_step,
-    converged (true: stopped at early_stop or on a plateau, or reached max_steps on a
-    plateau; false: cut by max_steps while still improving, so a lower bound; true for an
-    evaluation-only model), stop_reason ("early_stop" | "plateau" | "max_steps" | null),
-    steps_to ({"0.5", "0.9", "0.99"} → the first validation step whose accuracy reached
-    that level, or null; :mod:`recallbench.harness.convergence`),
-    extended (how many times the cap doubled for a run still improving at it:
-    ``train.max_steps_limit``, :mod:`recallbench.harness.module`; 0 without),
-    max_steps_reached (the cap the run ended under: max_steps, or the last doubled cap),
-    lr (the learning rate of the model scored), lr_search (null for a single lr; for a
-    list or auto, one entry per candidate ``{lr, val_accuracy, steps, converged,
-    error}``, :mod:`recallbench.harness.lr_search`),
-    state_size (scalars per sequence; null when it grows with L), state_note,
-    state_bits (bits per state scalar, from the dtype), info_bits (what the
-    queries ask for: N_f · log2 V_v), params, steps, train_s, wall_s, threads,
-    seed, config (resolved), config_hash,
-    versions (distribution → version: python, recallbench, torch, lightning, triton and
-    the adapter's library, each where installed), device,
-    kernels (``{path, reason, cuda}``: the kernel path the adapter took on the device,
-    "fused" | "reference" | "own", and why (:mod:`recallbench.api.kernels`); cuda: the
-    CUDA version torch was built with, null for a CPU build; absent in a failed record),
-    node (where it ran: ``{host, ray_node_id}``, the Ray node id null outside Ray;
-    null in a failed record whose worker was lost), cpu (``{model, cpus, threads}``: the
-    CPU model, the machine's logical CPUs and torch's threads; absent in a failed record),
-    wrapper (what the harness built around the adapter's mixers, and the keys the
-    adapter overrides: :func:`recallbench.harness.model.resolve_wrapper`; null in a
-    failed record), provenance (where the adapter's code comes from: ``{distribution,
-    version, library, library_version, source_sha256}``,
-    :func:`recallbench.api.provenance.provenance`; null if the adapter cannot load)
+    accuracy, accuracy_topk, top_k, correct, correct_topk,
+    total (train.test_size × the task's queries per sequence: :func:`run_problem`),
+    val_accuracy, best_step, converged, stop_reason ("early_stop" | "plateau" | "max_steps" |
+    null), steps_to (:mod:`recallbench.harness.convergence`), extended, max_steps_reached
+    (:mod:`recallbench.harness.module`), lr, lr_search (:mod:`recallbench.harness.lr_search`),
+    state_size (scalars per sequence; null when it grows with L), state_note, state_bits,
+    info_bits (N_f · log2 V_v), params, steps, train_s, wall_s, threads, seed, config,
+    config_hash, versions, device, kernels (:mod:`recallbench.api.kernels`), node ({host,
+    ray_node_id}), cpu ({model, cpus, threads}), wrapper (:mod:`recallbench.harness.model`),
+    provenance (:func:`recallbench.api.provenance.provenance`)
 
-Nothing in a record is executable; records are read back with ``json``.
+Every key is present, except ``kernels`` and ``cpu`` in a failed record (whose ``wrapper``, and
+``node`` when the worker was lost, are null).  ``converged`` is true for an evaluation-only
+model.  Nothing in a record is executable; records are read back with ``json``.
 """
 from __future__ import annotations
 

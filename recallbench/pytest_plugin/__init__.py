@@ -1,4 +1,4 @@
-"""pytest plugin: recall tests in a model zoo's own test suite.
+"""pytest plugin: recall tests in a model zoo's own test suite (docs/pytest-plugin.md).
 
 Loaded automatically wherever recallbench is installed (entry point ``pytest11``)::
 
@@ -8,33 +8,15 @@ Loaded automatically wherever recallbench is installed (entry point ``pytest11``
         result = recall()          # trains once per config per session; the result record
         assert result.accuracy >= 0.99
 
-Marker and ``recall(...)`` keywords
------------------------------------
-* the keys of the config sections by their short names: ``task`` (the task's name) and
-  the task's parameters (``vocab_size``, ``seq_len``, ``num_facts``, ...), the ``model``
-  keys (``adapter``, ``d_model``, ``d_state``, ``n_layers``, ...) and the ``train`` keys
-  (``max_steps``, ``lr``, ``seed``, ...); a name two sections share must be dotted;
-* dotted names ``"section.key"`` (as ``--set``), e.g. ``**{"model.options.embedding": "gaussian"}``;
-* ``config={...}``: a raw config mapping (sections task/model/train), the lowest layer;
-* the plugin's own: ``min_accuracy`` (asserted by the fixture at the full budget),
-  ``min_accuracy_reduced`` (asserted instead under a reduced ``--recall-budget``),
-  ``tolerance`` (against
-  the baseline; default ``--recall-tolerance``), ``factory`` (an ``nn.Module`` factory
-  instead of an adapter name) and ``state_size`` (the factory's state size, for reports).
-
-Layers merge in this order, later winning: module/class markers, the test's marker,
-the keywords of the ``recall(...)`` call.  A marked test that never calls ``recall()``
-is measured after its body.  Errors in the keywords fail the test with the one-line
-:class:`recallbench.api.errors.ConfigError` text; an adapter that cannot run here skips it.
-
-This package must import fast (it loads in every pytest run of a project that has
-recallbench installed): torch, Lightning and the registries load on the first measurement.
-This module is the ``pytest11`` entry point: the options, ``pytest_configure`` and the
-``recall`` fixture.  The rest: :mod:`.markers` (config from marker keywords),
-:mod:`.factory` (the ``factory=`` adapter), :mod:`.session` (measurements and hooks),
-:mod:`.cache` (the cache across runs and workers), :mod:`.workers` (measurements from
-pytest-xdist workers to the controller), :mod:`.baseline` (the baseline file),
-:mod:`.output` (the files written at the end), :mod:`.summary` (the summary table).
+Keywords of the marker and of ``recall(...)``: config keys by short name (``task`` and its
+parameters, ``model`` and ``train`` keys; a name two sections share must be dotted), dotted
+``"section.key"`` names, ``config={...}`` (the lowest layer), and the plugin's own
+``min_accuracy``, ``min_accuracy_reduced``, ``tolerance``, ``factory`` and ``state_size``.
+Module and class markers, then the test's marker, then the call's keywords: later wins.  A
+marked test that never calls ``recall()`` is measured after its body.  This package must import
+fast (it loads in every pytest run): torch, Lightning and the registries load on the first
+measurement.  Here: options, ``pytest_configure``, the ``recall`` fixture; the rest in .markers,
+.factory, .session, .cache, .workers, .baseline, .output and .summary (this package's modules).
 """
 from __future__ import annotations
 
