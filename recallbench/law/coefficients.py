@@ -45,3 +45,26 @@ def check_family(family: str) -> None:
     """ValueError unless ``family`` is a task family of the law (``TASK_FAMILIES``)."""
     if family not in TASK_FAMILIES:
         raise ValueError(f"family = {family!r} is not allowed: one of {', '.join(TASK_FAMILIES)}")
+
+
+def a_implied(ratio: tuple[float, float, float],
+              reference: tuple[float, float, float] | None = None, family: str = "mqar",
+              z: float = 1.959964) -> tuple[float, float, float]:
+    """The coefficient a a measured card implies, (value, lo, hi).
+
+    A model whose S_eff/S is r recalls like the linear reference with r times its state, so
+    its a is a_linear / r (Rem 4.3: σ² grows with a·N_f/S).  ``ratio`` = (r, lo, hi), the
+    card's S_eff/S and 95% interval.  With ``reference`` (the linear reference's own card on
+    the same protocol, (r_ref, lo, hi)) a = a_linear · r_ref / r: the protocol's shortfall of
+    the reference cancels.  Two independent cards' intervals are combined on the log scale,
+    each read as ±z standard errors (a delta-method interval)."""
+    a_lin = coefficient_a("linear", family)
+    r, lo, hi = (float(x) for x in ratio)
+    if reference is None:
+        return a_lin / r, a_lin / hi, a_lin / lo
+    import math
+
+    q, qlo, qhi = (float(x) for x in reference)
+    se = math.hypot(math.log(hi / lo), math.log(qhi / qlo)) / (2 * z)
+    value = a_lin * q / r
+    return value, value * math.exp(-z * se), value * math.exp(z * se)
