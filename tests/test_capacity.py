@@ -374,3 +374,23 @@ def test_a_step_is_timed_after_a_warm_up(monkeypatch):
     monkeypatch.setattr(train, "run", fake_run)
     monkeypatch.setattr(eta.time, "perf_counter", lambda: clock["t"])
     assert eta.step_seconds({"train": {}}) == pytest.approx(0.02)
+
+
+def test_a_pause_of_a_busy_machine_does_not_set_the_step(monkeypatch):
+    """One timed run held up (another process took the core) or one short run slowed: the
+    fastest of each length is used, so the step stays the true one (the difference of one
+    pair said 0.1 ms for a 4.5 ms step on a busy machine)."""
+    import recallbench.harness.train as train
+    from recallbench.runs import eta
+
+    for paused in (2, 3, 4):  # the first short, the first long, the second short timed run
+        clock = {"t": 0.0, "runs": 0}
+
+        def fake_run(cfg, progress=False):
+            clock["t"] += 0.5 + 0.02 * cfg["train"]["max_steps"] + (
+                0.4 if clock["runs"] == paused - 1 else 0.0)
+            clock["runs"] += 1
+
+        monkeypatch.setattr(train, "run", fake_run)
+        monkeypatch.setattr(eta.time, "perf_counter", lambda: clock["t"])
+        assert eta.step_seconds({"train": {}}) == pytest.approx(0.02), paused

@@ -242,11 +242,11 @@ def _dry_run(args, base: dict, seeds: list[int]) -> int:
 
 
 def _dry_run_v2(args, base: dict, seeds: list[int]) -> int:
-    """Method 2's plan: the first cell, a measured step there, and the CPU time from the
-    first batch at its nominal steps to the whole work budget at that step's rate."""
+    """Method 2's plan: the first cell, a measured step there, and the CPU time a card takes
+    at that step's rate, a range (``card_search.eta_seconds``)."""
     from recallbench.runs import card_search
     from recallbench.runs.capacity import cell_config, n_eff_prior
-    from recallbench.runs.eta import minutes, step_seconds
+    from recallbench.runs.eta import step_seconds
 
     d, vocab = base["model"]["d_model"], base["task"]["vocab_size"]
     nf = card_search.first_facts(d, n_eff_prior(base), vocab)
@@ -255,15 +255,13 @@ def _dry_run_v2(args, base: dict, seeds: list[int]) -> int:
     train = base["train"]
     lrs = train["lr"] if isinstance(train["lr"], list) else [train["lr"]]
     per_step = train["batch_size"] * 4 * nf
-    first = len(seeds) * len(lrs) * train["max_steps"] * per_step
+    lo, hi, cap = card_search.eta_seconds(base, step, nf, 0, args.work_budget)
     print(f"capacity plan (method 2): {base['model']['adapter']} D={d} "
           f"N={base['model']['d_state']} at V={vocab}; first batch N_f = {nf}, L = {4 * nf}, "
           f"{len(seeds)} run(s) of {len(lrs)} learning rate(s)")
-    print(f"  measured: {step * 1000:.1f} ms a step ({per_step / step / 1e3:.0f} k tokens/s); "
-          f"{workers} worker(s); work budget {args.work_budget:g} Mtok")
-    print(f"  ETA: {minutes(first / per_step * step / workers)} (the first batch at "
-          f"{train['max_steps']} steps) to {minutes(args.work_budget * 1e6 / per_step * step / workers)} "
-          "(the whole work budget at this L's rate; a longer L costs more per token)")
+    print(f"  measured: {step * 1000:.1f} ms a step ({per_step / step / 1e3:.0f} k tokens/s; "
+          f"a longer L costs more per token); work budget {args.work_budget:g} Mtok")
+    print("  ETA: " + card_search.eta_text(lo, hi, cap, workers))
     print("(dry run: nothing was trained)")
     return 0
 

@@ -173,8 +173,8 @@ def check_batches_complete(b: Mapping, suite: Suite, bw: str) -> None:
 def plan(suite: Suite, budget: Mapping, base: Mapping, done, over: bool, workers: int,
          log: Callable[[str], None]) -> float:
     """One budget's dry run: the store's batches and work against the work budget, a step
-    timed at the first cell, and the CPU time from the next batch at its step cap to the
-    work budget left at that rate.  ``done``: the store's replay (None: no record);
+    timed at the first cell, and the CPU time the card still needs at that rate, a range
+    (``card_search.eta_seconds``).  ``done``: the store's replay (None: no record);
     ``over``: it ended.  Returns the upper ETA in CPU minutes."""
     from recallbench.runs.capacity import cell_config, n_eff_prior
     from recallbench.runs.eta import step_seconds
@@ -198,16 +198,10 @@ def plan(suite: Suite, budget: Mapping, base: Mapping, done, over: bool, workers
     d, vocab = int(base["model"]["d_model"]), int(base["task"]["vocab_size"])
     nf = card_search.first_facts(d, n_eff_prior(base), vocab)
     step = step_seconds(cell_config(base, nf, suite.seeds[0]))
-    train = base["train"]
-    n_lr = len(train["lr"]) if isinstance(train["lr"], list) else 1
-    per_step = int(train["batch_size"]) * 4 * nf
-    rest = max(work - spent, 0.0) * 1e6
-    batch = len(suite.seeds) * n_lr * int(train["max_steps"]) * per_step
-    lo, hi = min(batch, rest) / per_step * step / 60, rest / per_step * step / 60
+    per_step = int(base["train"]["batch_size"]) * 4 * nf
+    lo, hi, cap = card_search.eta_seconds(base, step, nf, len(done.records) if have else 0,
+                                          work - spent)
     log(f"{head}; measured {step * 1000:.1f} ms a step at the first cell (N_f = {nf}, "
-        f"L = {4 * nf}), {per_step / step / 1e3:.0f} k tokens/s")
-    log(f"  ETA: {lo:.1f} to {hi:.1f} CPU-min (a batch of {len(suite.seeds)} run(s) at "
-        f"{train['max_steps']} steps, to the {rest / 1e6:.3g} Mtok of work budget left at "
-        f"this L's rate; a longer L costs more a token), about {lo / workers:.1f} to "
-        f"{hi / workers:.1f} min of wall time on {workers} worker(s)")
-    return hi
+        f"L = {4 * nf}), {per_step / step / 1e3:.0f} k tokens/s (a longer L costs more a token)")
+    log("  ETA: " + card_search.eta_text(lo, hi, cap, workers))
+    return hi / 60
