@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "each cell's seeds in K processes (default 1: the card's CPU "
                         "budget counts every run's CPU time, which runs side by side can "
                         "raise)")
+    p.add_argument("--budget", action="append", metavar="NAME",
+                   help="a capacity suite: run only this budget's card (repeatable; default: "
+                        "every budget); a submission still needs them all")
     p.add_argument("--refuse-stale", action="store_true",
                    help="a capacity suite: stop (exit 2, nothing trained) when the store holds "
                         "runs of its cards made by other adapter source than the one here; by "
@@ -178,6 +181,9 @@ def _run(args) -> int:
     suite, extra = _suite_to_run(args)
     if suite.is_capacity:
         return _run_capacity(args, suite, extra)
+    if args.budget:
+        raise ConfigError(f"--budget is for a capacity suite; {suite.name} is a grid suite "
+                          "(its points run together)")
     if args.executor == "ray":
         raise ConfigError(f"--executor ray is for a capacity suite; {suite.name} is a grid "
                           "suite: inprocess or processes (a grid on Ray: `recallbench sweep "
@@ -230,7 +236,7 @@ def _run_capacity(args, suite, extra) -> int:
         from recallbench.leaderboard.capacity.suite import plan_capacity_suite
 
         plan_capacity_suite(suite, args.adapter, args.store, model_extra=extra, workers=workers,
-                            log=lambda m: print(m, flush=True))
+                            log=lambda m: print(m, flush=True), budgets=args.budget)
         return 0
     executor = None
     if args.executor == "ray":  # one connection for every card; a card's runs are its tasks
@@ -242,7 +248,8 @@ def _run_capacity(args, suite, extra) -> int:
         with sigterm_unwinds():
             cards = run_capacity_suite(suite, args.adapter, args.store, model_extra=extra,
                                        workers=workers, log=lambda m: print(m, flush=True),
-                                       refuse_stale=args.refuse_stale, executor=executor)
+                                       refuse_stale=args.refuse_stale, executor=executor,
+                                       budgets=args.budget)
     except (KeyboardInterrupt, Terminated) as exc:
         line, status = stopped(exc, args.store)
         print(line, file=sys.stderr, flush=True)
@@ -250,8 +257,11 @@ def _run_capacity(args, suite, extra) -> int:
     finally:
         if executor is not None:
             executor.close()
+    rest = [b["name"] for b in suite.budgets if b["name"] not in cards]
     print("done: " + "; ".join(f"{k} {v['status']}" for k, v in cards.items())
-          + f" (store {args.store}; `recallbench submit` writes the submission)")
+          + f" (store {args.store}; "
+          + (f"budgets left: {', '.join(rest)}, then `recallbench submit`)" if rest else
+             "`recallbench submit` writes the submission)"))
     return 0
 
 

@@ -44,6 +44,17 @@ def budget_base(suite: Suite, adapter: str, budget: Mapping,
     return resolve(suite.point_config(adapter, point, model_extra)).to_dict()
 
 
+def chosen(suite: Suite, names: list[str] | None) -> list[dict]:
+    """The suite's budgets named in ``names`` (all for None), in the suite's order; a
+    ConfigError naming ``--budget`` and the allowed names for an unknown one."""
+    allowed = [b["name"] for b in suite.budgets]
+    for n in names or []:
+        if n not in allowed:
+            raise ConfigError(f"--budget {short(n)} is not allowed: one of "
+                              f"{', '.join(allowed)} (suite {suite.name})")
+    return [b for b in suite.budgets if names is None or b["name"] in names]
+
+
 def cpu_budget_s(suite: Suite) -> float:
     """The CPU seconds a card's runs may take (``capacity.cpu_budget_min``)."""
     return float(suite.capacity["cpu_budget_min"]) * 60.0
@@ -64,8 +75,10 @@ def fit_budget(suite: Suite) -> bool:
 def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
                        model_extra: Mapping | None = None, workers: int = 1,
                        log: Callable[[str], None] = print,
-                       refuse_stale: bool = False, executor=None) -> dict[str, dict]:
-    """Every budget's search for ``adapter`` into ``store`` (resumes from it); the cards.
+                       refuse_stale: bool = False, executor=None,
+                       budgets: list[str] | None = None) -> dict[str, dict]:
+    """Every budget's search (or those named in ``budgets``) for ``adapter`` into ``store``
+    (resumes from it); the cards.
     Each card's runs go to ``executor`` (one of :mod:`recallbench.runs.executors`, a Ray
     cluster's included; the caller closes it) if given, else to ``workers`` processes.
     First, every budget's stored runs made by other adapter source are warned about through
@@ -76,7 +89,7 @@ def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
     from recallbench.runs.stale import stale_policy
 
     ADAPTERS.require(adapter, where=f"suite {suite.name}")
-    bases = [(b, budget_base(suite, adapter, b, model_extra)) for b in suite.budgets]
+    bases = [(b, budget_base(suite, adapter, b, model_extra)) for b in chosen(suite, budgets)]
     seeds = v2.every_seed(suite) if v2.is_v2(suite) else suite.seeds
     for b, base in bases:
         stale_policy(base, seeds, store, refuse=refuse_stale, say=log)
@@ -102,7 +115,8 @@ def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
 
 def plan_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
                         model_extra: Mapping | None = None, workers: int = 1,
-                        log: Callable[[str], None] = print) -> dict[str, float]:
+                        log: Callable[[str], None] = print,
+                        budgets: list[str] | None = None) -> dict[str, float]:
     """``leaderboard run --dry-run`` of a capacity suite: per budget, what the store already
     holds (its cells and CPU minutes, replayed as ``run`` would reuse them), a measured step
     time at the first cell, and an ETA bounded by the card's CPU budget.  Trains nothing but
@@ -119,7 +133,7 @@ def plan_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
                 and r["config"]["model"].get("adapter") == adapter]
                if Path(store).is_dir() else [])
     budget_s, left = (None if v2.is_v2(suite) else cpu_budget_s(suite)), {}
-    for b in suite.budgets:
+    for b in chosen(suite, budgets):
         base = budget_base(suite, adapter, b, model_extra)
         mine = _of_budget(b, records)
         done = _replay(suite, mine[0]["config"], mine) if mine else None
