@@ -89,6 +89,9 @@ def test_run_submit_validate_render_a_method_2_suite(board2, cli):
     assert f"{machine['model']}, {machine['cpus']} CPUs" in text
     page = (suite.dir / "index.html").read_text()
     assert page.count('src="data:image/png;base64,') == 2 and "Mtok" in page  # card, board
+    # the ranking links each card to its cells and figure
+    assert '<a href="#card-designed.yaml-D32-N8">designed</a>' in page
+    assert 'id="card-designed.yaml-D32-N8"' in page
     rc, out, err = cli("leaderboard", "render", str(suite.dir), "--check")
     assert rc == 0, err + out
 

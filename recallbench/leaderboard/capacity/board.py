@@ -259,11 +259,18 @@ def figures(rows: list[dict], draw=draw) -> dict[tuple[str, str], bytes]:
     return out
 
 
+def _html_cell(x) -> str:
+    """A cell's text, or a (text, href) pair as a link."""
+    if isinstance(x, tuple):
+        return f'<a href="{_e(x[1])}">{_e(x[0])}</a>'
+    return _e(x)
+
+
 def _html_table(head, body, text_cols=(1, 2)) -> str:
     cls = [' class="text"' if j in text_cols else "" for j in range(len(head))]
     ths = "".join(f'<th scope="col"{k}>{_e(h)}</th>' for k, h in zip(cls, head))
-    trs = ["<tr>" + "".join(f"<td{k}>{_e(x)}</td>" for k, x in zip(cls, cells)) + "</tr>"
-           for cells in body]
+    trs = ["<tr>" + "".join(f"<td{k}>{_html_cell(x)}</td>" for k, x in zip(cls, cells))
+           + "</tr>" for cells in body]
     return (f'<div class="table-wrap"><table><thead><tr>{ths}</tr></thead><tbody>'
             + "\n".join(trs) + "</tbody></table></div>")
 

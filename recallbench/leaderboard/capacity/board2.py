@@ -221,6 +221,11 @@ def _cell_rows(card: Mapping) -> list[list[str]]:
              num(c.get("guess")), str(c.get("at_guess"))] for c in card.get("cells") or []]
 
 
+def card_id(r: Mapping) -> str:
+    """The page's anchor of a row's card (its cells and figure)."""
+    return f"card-{r['file']}-{r['budget']}"
+
+
 def _card_html(r: Mapping, png: bytes | None) -> str:
     c = r["card"]
     if png is None:
@@ -237,7 +242,7 @@ def _card_html(r: Mapping, png: bytes | None) -> str:
     dl = "".join(f"<dt>{_e(k)}</dt><dd>" + (f'<a href="{_href(SUBMISSIONS_DIR, r["file"])}">'
                                             f"{_e(v)}</a>" if k == "file" else _e(v))
                  + "</dd>" for k, v in items)
-    return "\n".join([f'<article class="card" id="card-{_e(r["file"])}-{_e(r["budget"])}">',
+    return "\n".join([f'<article class="card" id="{_e(card_id(r))}">',
                       f"<h3>{_e(text_of(r['model']))} · {_e(r['budget'])}</h3>",
                       f"<p>{_e(headline(c))}</p>", f"<figure>{img}</figure>", f"<dl>{dl}</dl>",
                       _html_table(CELL_HEAD, _cell_rows(c), ()), "</article>"])
@@ -264,19 +269,22 @@ def page_html(suite: Suite, rows: list[dict], pngs: Mapping | None,
         body.append(f"<p>{_e(str(d['description']).strip())}</p>")
     body.append('<dl class="suite">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>"
                                                for k, v in intro_items(suite)) + "</dl>")
-    body += [file_links(), _board_img(pngs), f'<p class="note">{_e(RANKING_NOTE.replace("**", ""))}</p>']
+    body += [file_links(), _board_img(pngs),
+             f'<p class="note">{_e(RANKING_NOTE.replace("**", ""))}</p>']
     cards = []
     for b in suite.budgets:
         model = ", ".join(f"{k}={v}" for k, v in b["model"].items())
         mine = ranked(rows, b["name"])
+        linked = [[c if j != 1 else (c, "#" + card_id(r)) for j, c in enumerate(ranked_cells(r))]
+                  for r in mine]
         body += [f'<h2 id="budget-{_e(b["name"])}">{_e(b["name"])} ({_e(model)})</h2>',
-                 _html_table(HEAD, [ranked_cells(r) for r in mine] or [["–"] * len(HEAD)],
-                             (1, 2, 10))]
+                 _html_table(HEAD, linked or [["–"] * len(HEAD)], (1, 2, 10))]
         for kind, title in APART:
             listed = apart(rows, b["name"], kind)
             if listed:
                 body += [f"<h3>{_e(title)}</h3>",
-                         "<ul>" + "".join(f"<li>{_e(apart_text(r))}</li>" for r in listed) + "</ul>"]
+                         "<ul>" + "".join(f'<li>{_e(apart_text(r))} <a href="#{_e(card_id(r))}">'
+                                          "its card</a></li>" for r in listed) + "</ul>"]
             mine += listed
         cards += [_card_html(r, None if pngs is None else pngs.get((r["file"], r["budget"]), b""))
                   for r in mine]
