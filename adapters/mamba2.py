@@ -11,12 +11,28 @@ mqa      shared head   shared :class:`SharedXMamba2` (this module)
 mka      head   shared shared :class:`SharedXMamba2` (this module)
 =======  =====  =====  =====  ========================================================
 
-mamba-ssm's ``ngroups`` shares B and C together and never x, so :class:`SharedXMamba2` is
-Mamba2's structure with x one P-vector broadcast to the M heads, run by the same SSD scan (on a
-CPU :func:`recallbench.adapters.cpu.mamba_ssm_kernels.chunk_scan_cpu`).  MQA also shares Δ and A
-(all heads write one state, each reads it with its own C); MKA keeps them per head.  State (conv
-buffer not counted, as in the paper): Λ·expand·D·N; for mqa Λ·expand·D·N / M.  Config: ``n_heads``,
-``d_state``, ``d_conv`` (the paper's 2; mamba-ssm's 4), ``expand``, ``options.chunk_size``.
+mamba-ssm's ``ngroups`` shares B and C together and never x, so MQA and MKA (x shared by
+all heads) are recallbench's own layer, a copy of Mamba2's structure
+(in_proj → [z, x, B, C, Δ]; causal depthwise conv + SiLU over [x, B, C]; the SSD scan
+h_t = exp(Δ_t A) h_{t−1} + Δ_t x_t B_tᵀ, y_t = h_t C_t + D x_t; gated RMSNorm(y · SiLU(z));
+out_proj) in which x is one P-vector broadcast to the M heads.  It runs the same scan
+as Mamba2: mamba-ssm's ``mamba_chunk_scan_combined`` on CUDA, and on a CPU
+:func:`recallbench.adapters.cpu.mamba_ssm_kernels.chunk_scan_cpu`, mamba-ssm's
+``ssd_minimal_discrete`` (tests check it against mamba_ssm.Mamba2 where the two coincide:
+an MHA Mamba2 whose x (and, for MQA, B and Δ) rows are copies across heads).
+
+MQA shares Δ and A as well: then all heads write the SAME state (B and x shared) and
+differ only in how they read it (C per head), like attention's MQA with one KV cache.
+MKA keeps Δ and A per head, as Mamba2 does.
+
+State (SSM state only; the conv's (d_conv − 1)·channels buffer is not counted, as in the paper):
+mva, mha, mka: Λ · M · P · N = Λ · expand · D · N (M distinct P×N states per layer);
+mqa: Λ · P · N = Λ · expand · D · N / M (one P×N state per layer, read by M queries).
+
+Config: ``n_heads`` → nheads (headdim = expand·D / n_heads), ``d_state``, ``d_conv`` (the
+paper uses 2; mamba-ssm defaults to 4), ``expand``; ``options.chunk_size`` (SSD chunk length;
+the CPU scan uses min(chunk_size, L)).  Blocks are stacked as mamba-ssm's MixerModel does
+(see :mod:`recallbench.adapters.mamba`).
 """
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
 """``mamba-ladder``: the simplified linear Mamba with the full Mamba block's pieces as options.
 
-For Table 8 of the paper (circuit minimality): every rung is one layer, the paper's Alg. 1
-(:class:`~.linear_mamba.LinearMambaLayer`, ``linear-mamba``) plus three ``model.options`` flags
-that add the full block's pieces back, as Mamba (Gu & Dao, Alg. 2, Fig. 3) writes them::
+Table 8 of the paper (circuit minimality) removes the Mamba block's pieces one at a time and
+asks which the recall circuit needs.  Here every rung is one layer class: the paper's
+Alg. 1 (:class:`~.linear_mamba.LinearMambaLayer`, what ``linear-mamba`` builds) plus
+three ``model.options`` flags that add the full block's pieces back, as Mamba (Gu & Dao,
+Alg. 2 and Fig. 3) and mamba-minimal write them::
 
     x = P_in u;  x = Conv1D(x)                    (B, L, D_in)   always (d_conv = 1: no conv)
     x = SiLU(x)                                                  silu
@@ -14,9 +16,27 @@ that add the full block's pieces back, as Mamba (Gu & Dao, Alg. 2, Fig. 3) write
     y = y ⊙ SiLU(z),  z = P_z u                                  gate (y ⊙ z without silu)
     out = P_out y                                 (B, L, D)
 
-With every flag off the layer is ``linear-mamba``'s op for op (the same parameters in the same
-order: the same weights per seed); added pieces take mamba-ssm's init.  Left out of mamba-ssm's
-``Mamba``: the D skip, conv bias, norms, residual.  One head.  State: Λ · expand · D · N scalars.
+With ``silu`` off the nonlinearity goes from both places it acts (after the conv and on the
+gate's z), as the paper's ablation does; softplus belongs to the discretisation.  With
+every flag off the layer is ``linear-mamba``'s, op for op: the same parameters, created in
+the same order (so the same seed draws the same weights), and the same outputs.  The new
+pieces' parameters are created after those, with mamba-ssm's initialisation: ``dt_proj``
+uniform in ±dt_rank^−½ with a bias that puts Δ log-uniformly in [0.001, 0.1] at init,
+A_log = log(1..N) in every channel; ``x_proj_dt`` and ``in_proj_z`` are plain
+``nn.Linear`` layers, as the Δ rows of mamba-ssm's ``x_proj`` and the z half of its
+``in_proj`` (the same fan-in, the same init).
+
+What the full block here still leaves out of mamba-ssm's ``Mamba``: the D skip (y + D·x;
+the paper's own ablation sets it to 0), the conv bias, and the norms and residual of
+mamba-ssm's stack (the paper's model runs without norms, and so does every rung here: the
+harness wraps them as it wraps ``linear-mamba``).  The discretised scan runs mamba-ssm's
+selective-scan recurrence through :func:`.cpu.selective_scan_fused.selective_scan_cpu`
+(compiled on a CPU, its torch scan elsewhere); the undiscretised one is
+``linear-mamba``'s causal linear attention.
+
+One head (Mamba-1 has none; ``n_heads`` must be 1).  State: the D_in × N matrix h per
+layer, Λ · expand · D · N scalars, whatever the flags (the gate and Δ add no state; the
+conv's buffer is not counted, as for ``linear-mamba``).
 """
 from __future__ import annotations
 

@@ -2,9 +2,12 @@
 
 An adapter supplies the MIXER, ``(B, L, D) -> (B, L, D)``, and says how big its recurrent
 state is; the harness (:mod:`recallbench.harness.model`) builds the same model around every
-mixer, so that two layers compare on the layer alone (a whole one: examples/minimal_adapter.py)::
+mixer, so that two layers compare on the layer alone::
 
     tokens (B, L) ─ E (V, D), N(0, 0.02²) ─► Λ × [h + mixer_l(RMSNorm(h))] ─► RMSNorm ─► h Eᵀ
+
+This is the whole of a third-party adapter (the README's "Extending recallbench" shows it
+with a mixer and its entry point: ``examples/minimal_adapter.py``, run by the tests)::
 
     class MyLayer(Adapter):
         def build_mixer(self, layer_idx, device):
@@ -12,11 +15,35 @@ mixer, so that two layers compare on the layer alone (a whole one: examples/mini
         def state_size(self):
             return self.cfg.n_layers * self.cfg.d_model * self.cfg.d_state
 
-The wrapper changes only through :attr:`Adapter.wrapper` (keys of :data:`WRAPPER_DEFAULTS`) or
-a part the adapter builds (``build_blocks``, ``final_norm``, ``init_embedding``), shown in each
-record.  ``state_shape()`` factors ``state_size()``; ``shape_overrides`` sets one factor at the
-same S (:func:`realisable`).  Register by ``@ADAPTERS.register`` or a ``recallbench.adapters``
-entry point; heavy imports go inside methods, so a missing one shows in ``availability()``.
+The wrapper around the mixers has defaults (:data:`WRAPPER_DEFAULTS`): the embedding's
+init std (0.02, as mamba-ssm's and fla's models; None keeps torch's N(0, 1)), the block
+(``"prenorm"``: ``h + mixer(norm(h))``; ``"none"``: the mixer is the block, it adds its own
+residual if any), the block norm (``"rms"`` or ``"layer"``), the eps of every norm (None:
+torch's default) and the final norm (``"rms"``, ``"layer"`` or None).  An adapter changes
+one only by declaring it in :attr:`Adapter.wrapper` (a class attribute, or set in
+``validate()`` when it depends on the options), and every run's record shows the
+resulting wrapper and which keys were overridden (``record["wrapper"]``)::
+
+    class PaperModel(Adapter):
+        wrapper = {"block": "none", "final_norm": None, "embedding_std": None}
+
+Three hooks build a part themselves, each shown in the record as an override:
+``build_blocks(device)`` (Λ whole blocks, e.g. a library's own block layout, or an
+adapter written before ``build_mixer``; ``"block": "adapter"``), ``final_norm()`` (a
+module; ``"final_norm": "adapter"``) and ``init_embedding`` (fixed embeddings;
+``"embedding_init": "adapter"``).  An ``embedding_std`` class attribute (the older way to
+declare it) is read as ``wrapper["embedding_std"]``.
+
+The state's shape: ``state_shape()`` names the factors of ``state_size()`` in the layer's
+own terms, e.g. ``{"layers": Λ, "heads": M, "key": N, "value": P}`` (their product is S;
+None when the state grows with L or its shape is not known), and ``shape_overrides(term,
+value)`` the model-config overrides that set one term at the same S (``capacity --shapes``;
+:func:`realisable` keeps those whose built adapter has that S and that term).
+
+Subclass, decorate with ``@ADAPTERS.register("name")`` (in-tree) or declare an entry
+point in the ``recallbench.adapters`` group (third party).  Heavy libraries are imported
+inside methods, never at module import, so that a missing package shows up in
+``availability()`` instead of breaking ``import recallbench``.
 """
 from __future__ import annotations
 
