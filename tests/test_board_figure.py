@@ -38,7 +38,8 @@ def test_the_figure_is_a_png_with_a_panel_per_budget(tmp_path):
     assert empty.stat().st_size > 1000
 
 
-@pytest.mark.parametrize("missing", [True, pytest.param(False, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("missing", [True, False])
 def test_render_check_wants_the_figure(tmp_path, cli, missing):
     import shutil
 

@@ -3,6 +3,7 @@ searched (the rest can run elsewhere, into their own store); unknown names and g
 refused in one line; a submission still needs every budget."""
 import json
 
+import pytest
 import yaml
 
 from test_capacity_suite import V3
@@ -19,6 +20,7 @@ def _two_budget_suite(root):
     return d
 
 
+@pytest.mark.slow
 def test_one_budget_runs_alone_and_the_other_is_said_to_be_left(cli, tmp_path):
     d, store = _two_budget_suite(tmp_path), tmp_path / "store"
     names = [b["name"] for b in yaml.safe_load((d / "suite.yaml").read_text())["budgets"]]

@@ -51,7 +51,7 @@ def test_the_re_seeding_validates_and_the_board_shows_it(reseeded, cli):
 
 
 @pytest.mark.parametrize("case, match", [
-    ("card", "card"),
+    pytest.param("card", "card", marks=pytest.mark.slow),
     ("seeds", "reseed_of.seeds: 0 is one of the submission's seeds"),
     pytest.param("unknown", "not on this board", marks=pytest.mark.slow),
     pytest.param("missing", "not a re-seeding", marks=pytest.mark.slow),
@@ -80,6 +80,7 @@ def test_a_forged_re_seeding_is_refused_by_validate_and_render(reseeded, cli, tm
         _assert_one_line(rc, err, "reseeds/designed.yaml", match)
 
 
+@pytest.mark.slow
 def test_a_re_seeding_among_the_submissions_is_refused(reseeded, cli, tmp_path):
     d0, out, _ = reseeded
     d = tmp_path / d0.name
@@ -89,6 +90,7 @@ def test_a_re_seeding_among_the_submissions_is_refused(reseeded, cli, tmp_path):
     assert rc == 2 and "belongs in the suite's reseeds/ folder" in err
 
 
+@pytest.mark.slow
 def test_write_to_an_existing_file_is_refused_before_training(reseeded, cli, tmp_path):
     d, out, _ = reseeded
     rc, _, err = cli("leaderboard", "verify", str(d / "submissions" / "designed.yaml"),
