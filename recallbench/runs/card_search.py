@@ -4,28 +4,18 @@
     res.card             # recallbench.law.run_card: "measured", "bound" or "no recall"
 
 One model configuration on MQAR, L = 4·N_f, at one V.  Every batch trains one run per seed
-at one N_f (the j-th batch at an N_f uses seeds s + :data:`SEED_STRIDE`·j, so repeated
-cells never reuse a run and two cards from disjoint seeds below the stride stay disjoint).
+at one N_f (the j-th batch at an N_f uses seeds s + :data:`SEED_STRIDE`·j).  The first cell
+is where the law at S_eff = S predicts 70% above the guess (``theory.capacity``); then it
+brackets q = 1/2 along a probit line of slope :data:`PRIOR_SLOPE` (``max_step`` keeps each
+step within R×); then it places each batch where its runs most shrink the asymptotic
+variance of ln N50 per token trained (runs predicted beyond q ∈ [0.1, 0.9] are censored and
+not candidates): bracket, then replicate near N50.
 
-1. **First cell**: the N_f where the law at S_eff = S predicts 70% of the queries above
-   the guess (closed form, no grid: ``theory.capacity``).
-2. **Bracket**: until a cell's median run lies on each side of q = 1/2, step from the
-   outermost cell along a probit line of slope :data:`PRIOR_SLOPE` (trained cards' median)
-   to q = 0.35 above, 0.65 below; a cell at the ceiling doubles N_f, one at the guess
-   halves it; ``max_step`` R keeps each step within R× (default :data:`DEFAULT_STEP`).
-3. **Narrow**: the next batch goes to the N_f whose runs most shrink the asymptotic
-   variance of ln N50 per token of training (a line's variance, 1/β²·(1/W + (ℓ − x̄)²/S_xx),
-   runs weighted by 1/(τ² + test noise)); runs predicted beyond q ∈ [0.1, 0.9] inform
-   little (censored) and are not candidates.  This brackets, then replicates near N50.
-
-It stops when the card is measured, when the next batch's predicted work (tokens per
-token of L of the costliest run so far, times the new L; the first batch at its step cap
-without extension) exceeds the work budget left (the first batch: refused), after
-``max_batches``, when every run of a batch failed, or at the wall ``time_limit_s``, a batch
-still training stopped there and not stored (an unfinished search: the same command
-resumes from the store).  The work budget counts tokens trained, so a card's verdict does
-not depend on the machine, and a store's runs count what they cost when trained: a rerun
-replays the same cells.
+It stops when the card is measured, when the next batch's predicted work exceeds the work
+budget left (the first batch: refused), after ``max_batches``, when every run of a batch
+failed, or at the wall ``time_limit_s`` (the batch in training not stored; the same command
+resumes from the store).  The budget counts tokens trained, so a verdict does not depend on
+the machine, and a rerun replays the same cells.
 """
 from __future__ import annotations
 
