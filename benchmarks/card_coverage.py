@@ -10,7 +10,11 @@ D = 32, N = 8) and makes each one's card with the card search
 (``recallbench.runs.card_search.measure``, seeds 0 and 1, its default work budget) on runs
 simulated from that truth instead of trained (``synthetic_cards.runner``).
 
-``--fit-only`` skips the search: each card is ``recallbench.law.runfit.fit_runs`` on a
+``--seed-share F`` puts a share F of each truth's run-to-run variance in a seed effect
+shared by the runs of one seed (``synthetic_cards``); every run has its own seed, as the
+search gives them, or with ``--shared-seeds`` every cell's j-th batch reuses one (the
+search's seeding before it put N_f in the seed), which the fit's independent runs do not
+model.  ``--fit-only`` skips the search: each card is ``recallbench.law.runfit.fit_runs`` on a
 fixed design, 4 cells at ln N_f = ln N50 ± 0.4 and ± 0.9 (rounded to whole facts), 2 runs
 each, called "measured" by the N50 card's rule (``recallbench.law.run_card``: a cell's
 median run on each side of q = 1/2, enough uncensored runs, the interval within
@@ -92,9 +96,11 @@ def measured_rule() -> tuple[float, int]:
     return run_card.MAX_SPREAD, run_card.MIN_OBSERVED
 
 
-def fit_only_card(truth, rng) -> dict:
-    run_cell = synth.runner(truth, rng)
-    records = run_cell([config(nf, s) for nf in design(truth.n50) for s in SEEDS])
+def fit_only_card(truth, rng, shared=False) -> dict:
+    from recallbench.runs.card_search import run_seed
+    run_cell = synth.runner(truth, rng, shared)
+    records = run_cell([config(nf, run_seed(s, nf, 0)) for nf in design(truth.n50)
+                        for s in SEEDS])
     f = fit_records(records)
     lo, hi = f.n50_ci
     max_spread, min_observed = measured_rule()
@@ -112,9 +118,9 @@ def fit_only_card(truth, rng) -> dict:
             "failure_hat": f.failure_rate, "observed": f.n_observed}
 
 
-def search_card(truth, rng, work_budget=None) -> dict:
+def search_card(truth, rng, work_budget=None, shared=False) -> dict:
     from recallbench.runs import card_search
-    run_cell = synth.runner(truth, rng)
+    run_cell = synth.runner(truth, rng, shared)
     kw = {} if work_budget is None else {"work_budget": work_budget}
     res = card_search.measure(BASE, seeds=SEEDS, run_cell=run_cell, say=lambda s: None, **kw)
     card = res.card
@@ -129,11 +135,12 @@ def search_card(truth, rng, work_budget=None) -> dict:
 
 
 def one_card(job) -> dict:
-    index, seed, fit_only, work_budget = job
+    index, seed, fit_only, work_budget, seed_share, shared = job
     rng = np.random.default_rng([seed, index])
-    truth = synth.sample_truth(rng)
+    truth = synth.sample_truth(rng, seed_share)
     t0 = time.process_time()
-    row = fit_only_card(truth, rng) if fit_only else search_card(truth, rng, work_budget)
+    row = (fit_only_card(truth, rng, shared) if fit_only
+           else search_card(truth, rng, work_budget, shared))
     row.update(index=index, truth=truth.to_dict(), cpu_s=time.process_time() - t0)
     row["covered"] = bool(row["lo"] <= truth.n50 <= row["hi"])
     row["miss"] = None if row["covered"] else ("below" if row["hi"] < truth.n50 else "above")
@@ -149,10 +156,14 @@ def make_pool(jobs: int):
 
 
 def run_cards(cards: int, seed: int = 0, fit_only: bool = False, jobs: int = 1,
-              work_budget=None, progress=None, pool=None) -> list[dict]:
+              work_budget=None, progress=None, pool=None, seed_share: float = 0.0,
+              shared: bool = False) -> list[dict]:
     """Every card's row, in index order; ``progress(done, cards)`` after each card.  The
-    cards run in this process (``jobs`` 1), over ``jobs`` new processes, or in ``pool``."""
-    work = [(i, seed, fit_only, work_budget) for i in range(cards)]
+    cards run in this process (``jobs`` 1), over ``jobs`` new processes, or in ``pool``.
+    ``seed_share``: the share of the run-to-run variance that is the seed's; ``shared``:
+    the seed's effect shared by the runs of every cell's j-th batch
+    (``synthetic_cards.runner``)."""
+    work = [(i, seed, fit_only, work_budget, seed_share, shared) for i in range(cards)]
     own = make_pool(jobs) if pool is None and jobs > 1 else None
     use = pool or own
     rows = []
@@ -235,13 +246,23 @@ def main(argv=None) -> int:
     p.add_argument("--work-budget", type=float, default=None,
                    help="Mtok per card (default: the search's own)")
     p.add_argument("--out", default=None, help="one JSON line per card")
+    p.add_argument("--seed-share", type=float, default=0.0,
+                   help="share of the run-to-run variance that is the seed's, in [0, 1)")
+    p.add_argument("--shared-seeds", action="store_true",
+                   help="every cell's j-th batch reuses one seed (its effect shared)")
     args = p.parse_args(argv)
+    if not 0.0 <= args.seed_share < 1.0:
+        p.error(f"--seed-share {args.seed_share:g} is not allowed: a share in [0, 1)")
     t0 = time.time()
     rows = run_cards(args.cards, args.seed, args.fit_only, args.jobs, args.work_budget,
-                     progress=_progress)
+                     progress=_progress, seed_share=args.seed_share, shared=args.shared_seeds)
     wall = time.time() - t0
     what = "fixed design (4 cells x 2 runs), runfit.fit_runs" if args.fit_only \
         else "card_search.measure, seeds 0,1"
+    if args.seed_share:
+        what += (f"; {args.seed_share:g} of the run variance a seed's, "
+                 + ("shared by every cell's j-th batch" if args.shared_seeds
+                    else "each run its own seed"))
     print(f"{args.cards} synthetic cards, seed {args.seed}: {what}")
     print(table(rows))
     cpu = np.array([r["cpu_s"] for r in rows])

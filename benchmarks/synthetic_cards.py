@@ -4,9 +4,12 @@ can be checked against the truth (benchmarks/card_coverage.py).
 A :class:`Truth` is the run-level model that ``recallbench.law.runfit`` fits.  A run at
 N_f facts (guess level g = 1/N_f) recalls a share q of the queries above the guess,
 
-    q = Φ(slope·(ln n50 − ln N_f) + tau·ε),   ε ~ N(0, 1) per run,
+    q = Φ(slope·(ln n50 − ln N_f) + tau·ε + u_seed),   ε ~ N(0, 1) per run,
 
-and with probability ``failure_rate`` it is an optimisation failure, q = 0.  Its test
+u_seed ~ N(0, seed_sd²) drawn once per seed (0 by default): a seed fixes a run's initial
+weights and data, so runs that share one share u (``runner(shared=True)`` keys u by the
+seed's card seed and batch, s + 1000·j, as if every cell's j-th batch reused one seed).
+With probability ``failure_rate`` a run is an optimisation failure, q = 0.  Its test
 accuracy has mean p = g + (1 − g)·q and is scored as the harness scores it: ``test_size``
 sequences of N_f queries each, the queries of a sequence sharing one state, so each
 sequence's accuracy is drawn from a beta with mean p and concentration 50 and its N_f
@@ -56,6 +59,7 @@ from scipy import special
 
 from recallbench.api.canonical import config_hash
 from recallbench.law import scorer
+from recallbench.runs.card_search import CELL_STRIDE  # a run's seed: s + 1000·j + 100000·N_f
 
 #: the candidates' learning rates, and how often each won on cpu-v3 (106, 74, 46 of 226)
 LRS = (0.003, 0.01, 0.03)
@@ -84,25 +88,30 @@ class Truth:
     slope: float  # −dΦ⁻¹(q)/d ln N_f
     tau: float  # run-to-run SD on the probit scale
     failure_rate: float  # probability that a run stays at the guess
+    seed_sd: float = 0.0  # SD of a seed's effect on the probit scale, shared by its runs
 
-    def q(self, num_facts, eps=0.0):
-        """The share above the guess of a learned run with noise ``eps`` (in SDs)."""
-        z = self.slope * (math.log(self.n50) - np.log(num_facts)) + self.tau * np.asarray(eps)
+    def q(self, num_facts, eps=0.0, u=0.0):
+        """The share above the guess of a learned run with noise ``eps`` (in SDs) and
+        seed effect ``u`` (probit)."""
+        z = (self.slope * (math.log(self.n50) - np.log(num_facts)) + self.tau * np.asarray(eps)
+             + u)
         return special.ndtr(z)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def sample_truth(rng: np.random.Generator) -> Truth:
+def sample_truth(rng: np.random.Generator, seed_share: float = 0.0) -> Truth:
     """A truth over the cpu-v3 cards' ranges (V = 512, D = 32, N = 8): slope uniform in
-    [1.0, 1.9], tau uniform in [0, 0.7], failure rate uniform in [0, 0.1], n50 log-uniform
-    in [5, 60]."""
+    [1.0, 1.9], a run-to-run SD uniform in [0, 0.7], failure rate uniform in [0, 0.1], n50
+    log-uniform in [5, 60]; ``seed_share`` of the run-to-run variance is the seed's
+    (seed_sd² = share·SD², tau² = (1 − share)·SD²)."""
     lo, hi = RANGES["n50"]
     n50 = math.exp(rng.uniform(math.log(lo), math.log(hi)))
-    return Truth(n50=n50, slope=float(rng.uniform(*RANGES["slope"])),
-                 tau=float(rng.uniform(*RANGES["tau"])),
-                 failure_rate=float(rng.uniform(*RANGES["failure_rate"])))
+    slope, sd = float(rng.uniform(*RANGES["slope"])), float(rng.uniform(*RANGES["tau"]))
+    failure = float(rng.uniform(*RANGES["failure_rate"]))
+    return Truth(n50=n50, slope=slope, tau=sd * math.sqrt(1.0 - seed_share),
+                 failure_rate=failure, seed_sd=sd * math.sqrt(seed_share))
 
 
 def work_tokens(record: dict) -> int:
@@ -126,14 +135,14 @@ def _steps(rng, early: bool, chosen: bool) -> tuple[int, int]:
     return steps, max(1, math.ceil(math.log2(steps / MAX_STEPS)))
 
 
-def _record(truth: Truth, cfg: dict, rng: np.random.Generator) -> dict:
+def _record(truth: Truth, cfg: dict, rng: np.random.Generator, u: float = 0.0) -> dict:
     task, train = cfg["task"], cfg["train"]
     nf = int(task["num_facts"])
     units = int(train.get("test_size", TEST_SIZE))
     g = 1.0 / nf
     failed = rng.random() < truth.failure_rate
     eps = float(rng.standard_normal())
-    q = 0.0 if failed else float(truth.q(nf, eps))
+    q = 0.0 if failed else float(truth.q(nf, eps, u))
     p = g + (1.0 - g) * q
     per = rng.beta(max(p, 1e-6) * CONCENTRATION, max(1.0 - p, 1e-6) * CONCENTRATION, size=units)
     k, n = int(rng.binomial(nf, per).sum()), units * nf
@@ -167,14 +176,28 @@ def _record(truth: Truth, cfg: dict, rng: np.random.Generator) -> dict:
             "lr_search": search if len(lrs) > 1 else None}
 
 
-def runner(truth: Truth, rng: np.random.Generator):
-    """A ``run_cell(cfgs) -> records`` whose runs follow ``truth`` (see the module).
+def runner(truth: Truth, rng: np.random.Generator, shared: bool = False):
+    """A ``run_cell(cfgs) -> records`` whose runs follow ``truth`` (see the module); a
+    seed's effect is drawn at its first run (its own stream: the other draws do not move),
+    ``shared``: keyed by s + 1000·j, the seed's value with its N_f part dropped.
 
     It counts what it was asked for: ``run_cell.runs`` (records made), ``run_cell.work_mtok``
     (their training work, millions of tokens), ``run_cell.calls`` (the N_f of each call),
     ``run_cell.records`` (every record)."""
+    seed_rng = np.random.default_rng(rng.integers(2**63)) if truth.seed_sd else None
+    effects: dict[int, float] = {}
+
+    def effect(cfg) -> float:
+        if not truth.seed_sd:
+            return 0.0
+        seed = int(cfg["train"]["seed"])
+        key = seed % CELL_STRIDE if shared else seed
+        if key not in effects:
+            effects[key] = float(seed_rng.normal(0.0, truth.seed_sd))
+        return effects[key]
+
     def run_cell(cfgs):
-        out = [_record(truth, c, rng) for c in cfgs]
+        out = [_record(truth, c, rng, effect(c)) for c in cfgs]
         run_cell.calls.append([c["task"]["num_facts"] for c in cfgs])
         run_cell.records.extend(out)
         run_cell.runs += len(out)

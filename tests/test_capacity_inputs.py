@@ -14,7 +14,7 @@ import yaml
 
 from conftest import one_line_error
 from recallbench.api.errors import ConfigError
-from recallbench.runs import capacity
+from recallbench.runs import capacity, card_search
 
 ROOT = Path(__file__).resolve().parent.parent
 #: a run of a few steps on one learning rate (a real record in about a second)
@@ -35,12 +35,14 @@ def _layer(folder: Path, module: str, extra: str = "") -> None:
         f"    return nn.Linear(d_model, d_model){extra}\n")
 
 
-def _store_runs(store: Path, base: dict, cells, edit=None) -> list[dict]:
-    """Real runs of ``base`` at (N_f, seed) ``cells`` appended to ``store``'s results."""
+def _store_runs(store: Path, base: dict, cells, edit=None, method2=True) -> list[dict]:
+    """Real runs of ``base`` at (N_f, card seed) ``cells`` appended to ``store``'s results
+    (``method2``: the first batch's run seed at N_f, s + 100000·N_f)."""
     from recallbench import run
 
     records = []
     for nf, seed in cells:
+        seed = card_search.run_seed(seed, nf, 0) if method2 else seed
         rec = run(capacity.cell_config(base, nf, seed), progress=False)
         if edit is not None:
             edit(rec)
@@ -91,13 +93,13 @@ def test_a_factory_record_carries_its_source_and_an_edited_factory_is_stale(
     rc, out, err = cli("capacity", *argv, "--refuse-stale")
     assert rc == 2 and len(calls) == 1, err  # stopped before the search
     lines = err.strip().splitlines()
-    assert lines[0].startswith("recallbench: refusing: ") and "N_f=2 seed=0" in lines[0]
+    assert lines[0].startswith("recallbench: refusing: ") and "N_f=2 seed=200000" in lines[0]
     assert "made by other pytest-factory source" in lines[0] and made_by[:12] in lines[0]
     assert lines[-1] == ("recallbench: error: --refuse-stale: 1 stored results of this card "
                          "were made by other adapter source; use a new --store to rerun them")
 
     rc, out, err = cli("capacity", *argv)  # without: warned, kept, and the search goes on
-    assert len(calls) == 2 and "recallbench: warning: " in err and "N_f=2 seed=0" in err
+    assert len(calls) == 2 and "recallbench: warning: " in err and "N_f=2 seed=200000" in err
     assert "1 stored results made by other adapter source are kept" in err
 
 
@@ -144,7 +146,7 @@ def test_a_capacity_suite_warns_or_refuses_stale_runs_before_any_search(tmp_path
     def older(rec):
         rec["provenance"]["source_sha256"] = "0" * 64
 
-    _store_runs(tmp_path / "store", base, [(2, suite.seeds[0])], older)
+    _store_runs(tmp_path / "store", base, [(2, suite.seeds[0])], older, method2=False)
     calls = []
     monkeypatch.setattr(capacity, "run", lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(
         ConfigError("search started")))
@@ -171,7 +173,7 @@ def test_leaderboard_run_passes_refuse_stale_to_a_capacity_suite(cli, tmp_path, 
         rec["provenance"]["source_sha256"] = "0" * 64
 
     _store_runs(tmp_path / "store", budget_base(suite, "designed", suite.budgets[0]),
-                [(2, suite.seeds[0])], older)
+                [(2, suite.seeds[0])], older, method2=False)
     calls = _search_stub(monkeypatch)
     rc, out, err = cli("leaderboard", "run", "--suite", str(d), "--adapter", "designed",
                        "--store", str(tmp_path / "store"), "--refuse-stale")

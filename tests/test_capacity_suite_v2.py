@@ -74,8 +74,10 @@ def test_run_submit_validate_render_a_method_2_suite(board2, cli):
     again = card_search.replay(capacity_suite.budget_base(suite, "designed", suite.budgets[0]),
                                records, seeds=suite.seeds, work_budget=40, max_batches=8)
     assert card["n50"]["value"] == pytest.approx(again.card["n50"]["value"], rel=1e-9)
-    seeds = {p["seed"] for p in sub["budgets"][0]["points"]}
-    assert seeds <= set(capacity_method.every_seed(suite)) and max(seeds) >= 1000  # batch j = 1
+    points = sub["budgets"][0]["points"]
+    assert all(capacity_method.seed_allowed(p["seed"], p["num_facts"], suite) for p in points)
+    assert len({p["seed"] for p in points}) == len(points)  # no two runs share a seed
+    assert max(card_search.seed_parts(p["seed"])[1] for p in points) >= 1  # a batch j = 1
     rc, out, err = cli("leaderboard", "validate", str(path))
     assert rc == 0 and out.startswith(f"ok {path}"), err
     rc, out, err = cli("leaderboard", "render", str(suite.dir))
@@ -127,10 +129,14 @@ def test_validate_refuses_a_forged_card_in_one_line(board2, cli, tmp_path):
 
 @pytest.mark.parametrize("edit, match", [
     (lambda b: b["points"][0].update(seed=500),
-     r"seed = 500 is not allowed: a batch's seeds are the suite's seeds \[0, 1\] \+ 1000·j, "
-     "j from 0 to 7"),
-    (lambda b: b["points"].pop(next(i for i, p in enumerate(b["points"]) if p["seed"] == 1001)),
-     "the batch N_f=.*, j=1 lacks seed 1001"),
+     r"seed = 500 is not allowed: a batch's seeds at N_f = \d+ are the suite's seeds \[0, 1\] "
+     r"\+ 1000·j \+ 100000·N_f, j from 0 to 7"),
+    # a seed of another N_f's batch (runs sharing a seed across cells are correlated)
+    (lambda b: b["points"][0].update(seed=b["points"][0]["seed"] + 100000),
+     r"seed = \d+ is not allowed: a batch's seeds at N_f"),
+    (lambda b: b["points"].pop(next(i for i, p in enumerate(b["points"])
+                                    if card_search.seed_parts(p["seed"])[:2] == (1, 1))),
+     r"the batch N_f=(?P<nf>\d+), j=1 lacks seed (?P=nf)01001"),
     (lambda b: b.update(points=[p for p in b["points"]
                                 if p["num_facts"] != b["card"]["runs"][-1]["num_facts"]]),
      "not a cell the capacity search visits|the search stopped before N_f ="),

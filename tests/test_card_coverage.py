@@ -179,3 +179,23 @@ def test_the_search_covers_the_true_n50_on_500_cards(pool):
     overall = card_coverage.summary(rows)
     assert overall["all"][0] >= FLOOR, card_coverage.table(rows)
     assert overall["measured"][0] >= FLOOR, card_coverage.table(rows)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_seed_s_effect_is_shared_by_its_runs_across_cells_only_when_asked(shared):
+    """tau = 0, seed SD 0.5: 120 card seeds, each run at N_f = 12 and 20 (the run seeds the
+    search gives them, s + 100000·N_f).  Their probit residuals from the truth's line have
+    SD 0.5 (within 20%) and, when the seed's effect is keyed by s + 1000·j (``shared``),
+    correlate across the two cells above 0.8 (the test noise alone separates them); with
+    each run its own seed, the correlation is within 3 SE of 0."""
+    from recallbench.runs.card_search import run_seed
+
+    truth = synth.Truth(n50=16.0, slope=1.3, tau=0.0, failure_rate=0.0, seed_sd=0.5)
+    run_cell = synth.runner(truth, np.random.default_rng(3), shared=shared)
+    n = 120
+    recs = run_cell([cfg(nf, run_seed(s, nf, 0)) for s in range(n) for nf in (12, 20)])
+    z = np.array([special.ndtri(share(r)) for r in recs]).reshape(n, 2)
+    res = z - truth.slope * (math.log(truth.n50) - np.log([12.0, 20.0]))
+    assert res.std(ddof=1) == pytest.approx(0.5, rel=0.2)
+    r = np.corrcoef(res[:, 0], res[:, 1])[0, 1]
+    assert (r > 0.8) if shared else (abs(r) < 3 / math.sqrt(n)), r

@@ -120,7 +120,19 @@ def test_the_search_measures_a_known_card_and_replays_it():
     # a repeated N_f trains new seeds; seeds 2,3 never meet seeds 0,1's runs
     seen = [pair for batch in run_cell.calls for pair in batch]
     assert len(seen) == len(set(seen))
-    assert not set(card_search.batch_seeds([0, 1], 3)) & set(card_search.batch_seeds([2, 3], 3))
+    # no two runs of the card share a seed (a seed fixes the initial weights and the data)
+    seeds = [r["config"]["train"]["seed"] for r in res.records]
+    assert len(seeds) == len(set(seeds))
+    for r in res.records:  # each seed names its card seed, batch and N_f
+        s, j, nf = card_search.seed_parts(r["config"]["train"]["seed"])
+        assert s in (0, 1) and nf == r["config"]["task"]["num_facts"]
+        assert r["config"]["train"]["seed"] in card_search.batch_seeds([0, 1], j, nf)
+    # seeds 2,3 never meet seeds 0,1's runs, at any N_f and batch
+    ours = {card_search.run_seed(s, nf, j) for s in (0, 1) for nf in range(2, 256)
+            for j in range(99)}
+    theirs = {card_search.run_seed(s, nf, j) for s in (2, 3) for nf in range(2, 256)
+              for j in range(99)}
+    assert len(ours) == 2 * 254 * 99 and not ours & theirs
 
 
 def test_the_work_budget_stops_the_search_before_a_batch_it_cannot_pay():

@@ -128,6 +128,15 @@ def _settle(args) -> None:
                               f"tokens in [{lo:g}, {hi:g}]")
         if args.max_cells is None:
             args.max_cells = card_search.MAX_BATCHES
+        top = card_search.CELL_STRIDE // card_search.SEED_STRIDE - 1
+        if not 1 <= args.max_cells <= top:
+            raise ConfigError(f"--max-cells {args.max_cells} is not allowed: batches of a "
+                              f"method-2 card, an integer in [1, {top}]")
+        bad = [s for s in _seeds(args.seeds) if s >= card_search.SEED_STRIDE]
+        if bad:
+            raise ConfigError(f"--seeds: {bad[0]} is not allowed with --method 2: seeds are in "
+                              f"[0, {card_search.SEED_STRIDE}) (a run's seed is s + 1000·j + "
+                              "100000·N_f)")
         return
     if getattr(args, "work_budget", None) is not None:
         raise ConfigError("--work-budget is for --method 2 (method 1 counts minutes: "
@@ -301,9 +310,11 @@ def _card(args, base, seeds, workers, out, ex) -> int:
     if args.dry_run:
         return _dry_run(args, base, seeds)
     store = Path(args.store) if args.store else out / "store"
+    from recallbench.runs.card_search import card_seed_of
     from recallbench.runs.stale import stale_policy
 
-    stale_policy(base, seeds, store, refuse=getattr(args, "refuse_stale", False),
+    stale_policy(base, card_seed_of(seeds) if getattr(args, "method", 1) == 2 else seeds,
+                 store, refuse=getattr(args, "refuse_stale", False),
                  say=lambda line: print(line, file=sys.stderr, flush=True))
     out.mkdir(parents=True, exist_ok=True)
     for name in ("card.json", "card.md", "card.png"):

@@ -4,7 +4,10 @@
     res.card             # recallbench.law.run_card: "measured", "bound" or "no recall"
 
 One model configuration on MQAR, L = 4·N_f, at one V.  Every batch trains one run per seed
-at one N_f (the j-th batch at an N_f uses seeds s + :data:`SEED_STRIDE`·j).  The first cell
+s at one N_f; the j-th batch at N_f uses seeds s + 1000·j + 100000·N_f (:func:`run_seed`),
+so no two runs of a card share a seed: a seed fixes the initial weights and the data
+stream, and runs sharing one across cells are correlated (the fit takes runs as
+independent; docs/results/capacity/README.md measured the correlation).  The first cell
 is where the law at S_eff = S predicts 70% above the guess (``theory.capacity``); then it
 brackets q = 1/2 along a probit line of slope :data:`PRIOR_SLOPE` (``max_step`` keeps each
 step within R×); then it places each batch where its runs most shrink the asymptotic
@@ -33,7 +36,9 @@ from recallbench.law import run_card, runfit, theory
 from recallbench.runs.budget import BudgetSpent, Limit
 from recallbench.runs.capacity import MIN_FACTS, TRAIN as METHOD_1_TRAIN, cell_config, n_eff_prior
 
-SEED_STRIDE = 1000
+#: a run's seed: s + SEED_STRIDE·j + CELL_STRIDE·N_f (s a card seed below SEED_STRIDE, j
+#: the batch at that N_f, below CELL_STRIDE / SEED_STRIDE)
+SEED_STRIDE, CELL_STRIDE = 1000, 100_000
 #: where a card's learning-rate candidates are compared: a quarter of max_steps
 LR_RUNG = 0.25
 #: the protocol of a method-2 card: method 1's (``capacity.TRAIN``) with the learning rate
@@ -60,9 +65,26 @@ class Result:
     failed: bool = False  # stopped because every run of a batch failed (``stopped`` says why)
 
 
-def batch_seeds(seeds: Sequence[int], j: int) -> list[int]:
-    """The seeds of the ``j``-th batch at one N_f."""
-    return [int(s) + SEED_STRIDE * j for s in seeds]
+def run_seed(seed: int, nf: int, j: int) -> int:
+    """The seed of card seed ``seed``'s run in the ``j``-th batch at N_f = ``nf``."""
+    return int(seed) + SEED_STRIDE * int(j) + CELL_STRIDE * int(nf)
+
+
+def batch_seeds(seeds: Sequence[int], j: int, nf: int) -> list[int]:
+    """The seeds of the ``j``-th batch at N_f = ``nf``."""
+    return [run_seed(s, nf, j) for s in seeds]
+
+
+def card_seed_of(seeds: Sequence[int]) -> Callable[[int, int], bool]:
+    """Whether a run's seed at N_f is a batch's of a card over ``seeds``."""
+    wanted = {int(s) for s in seeds}
+    return lambda seed, nf: seed_parts(seed)[0] in wanted and seed_parts(seed)[2] == nf
+
+
+def seed_parts(seed: int) -> tuple[int, int, int]:
+    """(card seed, batch j, N_f) of a run's seed (:func:`run_seed` inverted)."""
+    seed = int(seed)
+    return seed % SEED_STRIDE, (seed % CELL_STRIDE) // SEED_STRIDE, seed // CELL_STRIDE
 
 
 #: the runs a card takes, for a dry run's ETA: the fewest a measured card has, and about what
@@ -217,7 +239,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
     nf, why = first_facts(d, n_eff_prior(base), vocab), "the law at S_eff = S"
     for i in range(max_batches):
         j = batches.get(nf, 0)
-        cfgs = [cell_config(base, nf, s) for s in batch_seeds(seeds, j)]
+        cfgs = [cell_config(base, nf, s) for s in batch_seeds(seeds, j, nf)]
         have = [done.get(config_hash(c)) for c in cfgs]
         todo = [c for c, h in zip(cfgs, have) if h is None]
         spent = sum(run_card.work_tokens(r) for r in records if r.get("status") == "ok")

@@ -36,14 +36,15 @@ class CellPoint:
         return f"N_f={self.num_facts} seed={self.seed}"
 
 
-def card_points(base: Mapping[str, Any], seeds: Sequence[int],
+def card_points(base: Mapping[str, Any], seeds: Sequence[int] | Callable[[int, int], bool],
                 contents: StoreContents) -> list[CellPoint]:
-    """The store's ok records that a search from ``base`` over ``seeds`` would reuse."""
+    """The store's ok records that a search from ``base`` over ``seeds`` would reuse
+    (``seeds``: the seeds, or ``seeds(seed, num_facts)`` saying whether a run's is one)."""
     from recallbench.api.canonical import config_hash
     from recallbench.runs.capacity import cell_config
 
     adapter = str(base["model"]["adapter"])
-    wanted = set(seeds)
+    wanted = seeds if callable(seeds) else (lambda s, _nf, _w=frozenset(seeds): s in _w)
     hashes: dict[tuple[int, int], str | None] = {}
     points = []
     for rec in contents.records:
@@ -52,7 +53,7 @@ def card_points(base: Mapping[str, Any], seeds: Sequence[int],
         cfg = rec.get("config") or {}
         nf = (cfg.get("task") or {}).get("num_facts")
         seed = (cfg.get("train") or {}).get("seed")
-        if not (type(nf) is int and type(seed) is int and seed in wanted):
+        if not (type(nf) is int and type(seed) is int and wanted(seed, nf)):
             continue
         if (nf, seed) not in hashes:
             try:
@@ -64,7 +65,7 @@ def card_points(base: Mapping[str, Any], seeds: Sequence[int],
     return points
 
 
-def stale_policy(base: Mapping[str, Any], seeds: Sequence[int], store: str | Path, *,
+def stale_policy(base: Mapping[str, Any], seeds, store: str | Path, *,
                  refuse: bool, say: Callable[[str], None],
                  max_lines: int = MAX_STALE_LINES) -> None:
     """Check ``store`` (a directory; none yet: nothing to check) before a search from

@@ -98,9 +98,9 @@ def ranked(rows: list[dict], budget: str) -> list[dict]:
 
 
 def _batches(card: Mapping) -> int:
-    from recallbench.runs.card_search import SEED_STRIDE
+    from recallbench.runs.card_search import seed_parts
 
-    return len({(r["num_facts"], int(r["seed"]) // SEED_STRIDE)
+    return len({(r["num_facts"], seed_parts(r["seed"])[1])
                 for r in card.get("runs") or [] if r.get("seed") is not None})
 
 
@@ -165,7 +165,7 @@ def intro_items(suite: Suite) -> list[tuple[str, str]]:
                      f"search, from {lo} to {hi}"),
             ("budgets", budgets),
             ("recipe", f"{recipe}; {suite.lr_text()}; seeds {', '.join(map(str, suite.seeds))} "
-                       "(the j-th batch at an N_f uses seeds s + 1000·j)"),
+                       "(the j-th batch at N_f uses seeds s + 1000·j + 100000·N_f)"),
             ("search", f"card method 2: batches of one run per seed, at most "
                        f"{s['max_batches']} batches and a work budget of {s['work_budget']:g} "
                        "Mtok (millions of tokens trained, every learning-rate candidate "

@@ -2,8 +2,8 @@
 
 What differs from method 1, cpu-v3's (:mod:`recallbench.leaderboard.capacity.suite` holds
 the rest and dispatches here): the search is :mod:`recallbench.runs.card_search`, in
-batches of one run per suite seed at one N_f (the j-th batch at an N_f with seeds
-s + 1000·j); it stops when the card is measured, when the next batch would not fit the
+batches of one run per suite seed at one N_f (the j-th batch at N_f with seeds
+s + 1000·j + 100000·N_f: no two runs share a seed); it stops when the card is measured, when the next batch would not fit the
 work budget (``work_budget_mtok``: millions of tokens trained, every learning-rate
 candidate counted), or after ``max_batches``; each new N_f lies within ``max_step`` times
 those measured.  The card is ``law.run_card``'s (schema recallbench.card/2).
@@ -38,7 +38,7 @@ MAX_MODEL_TEXT = 200
 
 def check_suite_keys(cap: Mapping, data: Mapping, where: str) -> None:
     """Method 2's keys: work_budget_mtok (required), max_batches, max_step; seeds below the
-    batch stride, so that a seed names its batch (s + 1000·j)."""
+    batch stride, so that a run's seed names its batch (s + 1000·j + 100000·N_f)."""
     allowed = ["method", *KEYS]
     unknown = sorted(k if isinstance(k, str) and len(k) <= 40 else short(k)
                      for k in set(cap) - set(allowed))
@@ -54,8 +54,8 @@ def check_suite_keys(cap: Mapping, data: Mapping, where: str) -> None:
              + ("an integer" if k == "max_batches" else "a number") + f" in [{lo:g}, {hi:g}]")
     seeds, stride = data.get("seeds"), card_search.SEED_STRIDE
     need(not isinstance(seeds, list) or all(not is_int(s) or s < stride for s in seeds), where,
-         f"seeds must be below {stride} with capacity.method 2 (the j-th batch at an N_f uses "
-         f"seeds s + {stride}·j)")
+         f"seeds must be below {stride} with capacity.method 2 (the j-th batch at N_f uses "
+         f"seeds s + {stride}·j + {card_search.CELL_STRIDE}·N_f)")
 
 
 def is_v2(suite: Suite) -> bool:
@@ -69,10 +69,13 @@ def settings(suite: Suite) -> dict:
             "max_batches": int(cap["max_batches"]), "max_step": float(cap["max_step"])}
 
 
-def every_seed(suite: Suite) -> list[int]:
-    """Every seed a batch of the suite may use: s + 1000·j, j below max_batches."""
-    return [s for j in range(settings(suite)["max_batches"])
-            for s in card_search.batch_seeds(suite.seeds, j)]
+def seed_allowed(seed, nf: int, suite: Suite) -> bool:
+    """Whether ``seed`` is a batch's at N_f = ``nf``: s + 1000·j + 100000·N_f with s a
+    suite seed and j below max_batches."""
+    if not is_int(seed) or seed < 0:
+        return False
+    s, j, at = card_search.seed_parts(seed)
+    return s in suite.seeds and j < settings(suite)["max_batches"] and at == nf
 
 
 def run(suite: Suite, adapter: str, budget: Mapping, base: Mapping, store, workers: int,
@@ -149,24 +152,27 @@ def claimed(card: Mapping, bw: str) -> dict:
 
 
 def check_point_seed(p: Mapping, suite: Suite, pw: str) -> None:
-    """A point's seed is one of a batch's: a suite seed + 1000·j, j below max_batches."""
+    """A point's seed is one of a batch's at its N_f: a suite seed + 1000·j + 100000·N_f,
+    j below max_batches."""
     top = settings(suite)["max_batches"] - 1
-    need(p["seed"] in set(every_seed(suite)), pw, f"seed = {short(p['seed'])} is not allowed: "
-         f"a batch's seeds are the suite's seeds {suite.seeds} + {card_search.SEED_STRIDE}·j, "
-         f"j from 0 to {top}")
+    need(seed_allowed(p["seed"], p.get("num_facts"), suite), pw,
+         f"seed = {short(p['seed'])} is not allowed: a batch's seeds at N_f = "
+         f"{short(p.get('num_facts'))} are the suite's seeds {suite.seeds} + "
+         f"{card_search.SEED_STRIDE}·j + {card_search.CELL_STRIDE}·N_f, j from 0 to {top}")
 
 
 def check_batches_complete(b: Mapping, suite: Suite, bw: str) -> None:
     """Every batch of a budget (an N_f and a j) has a run of each of its seeds."""
-    stride = card_search.SEED_STRIDE
     seen: dict[tuple[int, int], set] = {}
     for p in b["points"]:
-        seen.setdefault((p["num_facts"], p["seed"] // stride), set()).add(p["seed"])
+        seen.setdefault((p["num_facts"], card_search.seed_parts(p["seed"])[1]),
+                        set()).add(p["seed"])
     for (nf, j), got in sorted(seen.items()):
-        missing = sorted(set(card_search.batch_seeds(suite.seeds, j)) - got)
+        missing = sorted(set(card_search.batch_seeds(suite.seeds, j, nf)) - got)
         if missing:
             raise ConfigError(f"{bw}: the batch N_f={nf}, j={j} lacks seed {missing[0]} (a "
-                              f"batch is one run per seed of the suite, seeds s + {stride}·j)")
+                              "batch is one run per seed of the suite, seeds s + 1000·j + "
+                              "100000·N_f)")
     need(bool(seen), bw, "no points")
 
 
@@ -185,7 +191,7 @@ def plan(suite: Suite, budget: Mapping, base: Mapping, done, over: bool, workers
     if have:
         cpu = sum(float(r.get("cpu_s") or 0.0) for r in done.records) / 60
         batches = len({(r["config"]["task"]["num_facts"],
-                        r["config"]["train"]["seed"] // card_search.SEED_STRIDE)
+                        card_search.seed_parts(r["config"]["train"]["seed"])[1])
                        for r in done.records})
         head = (f"{budget['name']}: the store holds {batches} batch(es) of the search, "
                 f"{spent:.3g} of the {work:g} Mtok work budget ({cpu:.1f} CPU-min)")

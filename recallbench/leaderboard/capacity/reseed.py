@@ -11,8 +11,8 @@ store the user names (an interrupted re-seeding resumes from it), then
     rows[0]["agreement"]["agree"]   # the N50 ranges overlap
 
 Seeds: by default the smallest non-negative integers that are not the suite's, as many as
-the suite has (seeds 0, 1 are re-seeded with 2, 3); every batch seed s + 1000·j of one set
-then differs from every batch seed of the other.
+the suite has (seeds 0, 1 are re-seeded with 2, 3); every run seed s + 1000·j + 100000·N_f
+of one set then differs from every run seed of the other.
 """
 from __future__ import annotations
 

@@ -90,7 +90,8 @@ def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
 
     ADAPTERS.require(adapter, where=f"suite {suite.name}")
     bases = [(b, budget_base(suite, adapter, b, model_extra)) for b in chosen(suite, budgets)]
-    seeds = v2.every_seed(suite) if v2.is_v2(suite) else suite.seeds
+    seeds = ((lambda s, nf: v2.seed_allowed(s, nf, suite)) if v2.is_v2(suite)
+             else suite.seeds)
     for b, base in bases:
         stale_policy(base, seeds, store, refuse=refuse_stale, say=log)
     cards = {}
@@ -267,7 +268,7 @@ def check_cards(sub: Mapping, suite: Suite, where: str, records_of: Callable) ->
 
 def check_point_facts(p: Mapping, suite: Suite, pw: str) -> None:
     """A capacity suite's point: N_f in the search's range, a seed of the suite (method 2:
-    of a batch, a suite seed + 1000·j)."""
+    of a batch, a suite seed + 1000·j + 100000·N_f)."""
     lo, hi = suite.facts_range()
     need(lo <= p["num_facts"] <= hi, pw, f"num_facts = {short(p['num_facts'])} is not allowed: "
          f"the search's range is [{lo}, {hi}] (V/2 - 1 keys)")
