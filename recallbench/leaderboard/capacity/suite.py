@@ -21,10 +21,11 @@ instead, through :mod:`recallbench.leaderboard.capacity.method2`.
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Callable, Mapping
 
-from recallbench.api.canonical import plain
+from recallbench.api.canonical import plain, sha256_of
 from recallbench.api.errors import ConfigError
 from recallbench.leaderboard.capacity import method2 as v2
 from recallbench.leaderboard.checks import difference, need, short
@@ -173,9 +174,28 @@ def plan_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
     return left
 
 
+#: replays already made, by a hash of their inputs (validate, render and states replay each
+#: submission's points again; a replay is a function of its inputs)
+_REPLAYS: dict[str, object] = {}
+_MAX_REPLAYS = 64
+
+
 def _replay(suite: Suite, base: Mapping, records: list[Mapping]):
     """The search over ``records`` from ``base`` (a config of the budget: a record's, so
-    that model settings beyond the suite's, given to `leaderboard run` with --set, are in)."""
+    that model settings beyond the suite's, given to `leaderboard run` with --set, are in);
+    a copy of the one made before from the same suite data, base and records."""
+    try:
+        key = sha256_of([suite.data, suite.seeds, base, records])
+    except (TypeError, ValueError):  # a value JSON cannot hold: replayed without the memo
+        return _replay_now(suite, base, records)
+    if key not in _REPLAYS:
+        if len(_REPLAYS) >= _MAX_REPLAYS:
+            _REPLAYS.pop(next(iter(_REPLAYS)))
+        _REPLAYS[key] = _replay_now(suite, base, records)
+    return copy.deepcopy(_REPLAYS[key])
+
+
+def _replay_now(suite: Suite, base: Mapping, records: list[Mapping]):
     from recallbench.runs import capacity
 
     if v2.is_v2(suite):
