@@ -263,7 +263,8 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
             return stop(late, finished=False)
         if todo:
             say(f"capacity: batch {i + 1}: N_f = {nf}, L = {4 * nf}, seeds "
-                f"{','.join(str(c['train']['seed']) for c in todo)} ({why}); about "
+                f"{','.join(str(seed_parts(c['train']['seed'])[0]) for c in todo)}"
+                f"{f', batch {j + 1} at this N_f' if j else ''} ({why}); about "
                 f"{cost(nf) / 1e6:.0f} Mtok of {max(left, 0) / 1e6:.0f} left")
         try:
             got = (run_cell(todo, Limit(wall_until=time.time() + time_limit_s - (clock() - start)))
