@@ -32,6 +32,8 @@ import math
 import numpy as np
 from scipy import optimize, special, stats
 
+from recallbench.law.blas import one_thread
+
 #: a run whose share above the guess reaches this is right-censored (the early stop caps it)
 Q_HIGH = 0.99
 #: one-sided level of the test that a run is above its guess level
@@ -129,10 +131,11 @@ def _start(x, kind, z):
 
 def _minimize(f, starts, bounds):
     best = None
-    for s in starts:
-        r = optimize.minimize(f, np.asarray(s, float), method="L-BFGS-B", bounds=bounds)
-        if best is None or r.fun < best.fun:
-            best = r
+    with one_thread():
+        for s in starts:
+            r = optimize.minimize(f, np.asarray(s, float), method="L-BFGS-B", bounds=bounds)
+            if best is None or r.fun < best.fun:
+                best = r
     return best
 
 
