@@ -338,3 +338,16 @@ def test_install_sh_says_each_step_on_stderr(tmp_path):
     assert len(steps) == 5 and all(s.startswith("install.sh: ") for s in steps)
     assert any(s.startswith("install.sh: installing torch ") for s in steps)
     assert "install.sh:" not in p.stdout  # the printed commands are unchanged
+
+
+@pytest.mark.parametrize("flags, names", [
+    (["--seeds", "0,1000"], ["--seeds: 1000 is not allowed", "[0, 1000)", "100000·N_f"]),
+    (["--max-cells", "100"], ["--max-cells 100 is not allowed", "[1, 99]"]),
+])
+def test_method_2_refuses_seeds_and_batches_its_run_seeds_cannot_name(cli, tmp_path, flags,
+                                                                       names):
+    """A run's seed is s + 1000·j + 100000·N_f: s below 1000 and j below 100, else two runs
+    of a card could share a seed."""
+    rc, out, err = cli("capacity", "--adapter", "designed", "--d-model", "16", *flags,
+                       "--dry-run", "--out", str(tmp_path / "card"))
+    one_line_error(rc, err, *names)

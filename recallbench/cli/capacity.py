@@ -132,7 +132,8 @@ def _settle(args) -> None:
         if not 1 <= args.max_cells <= top:
             raise ConfigError(f"--max-cells {args.max_cells} is not allowed: batches of a "
                               f"method-2 card, an integer in [1, {top}]")
-        bad = [s for s in _seeds(args.seeds) if s >= card_search.SEED_STRIDE]
+        bad = [s for s in _seeds(getattr(args, "seeds", None) or "0")
+               if s >= card_search.SEED_STRIDE]
         if bad:
             raise ConfigError(f"--seeds: {bad[0]} is not allowed with --method 2: seeds are in "
                               f"[0, {card_search.SEED_STRIDE}) (a run's seed is s + 1000·j + "
