@@ -69,7 +69,8 @@ def _measure(args, shapes, seeds, workers, out: Path) -> int:
     store = Path(args.store) if args.store else out / "store"
     say = (lambda line: print(line, file=sys.stderr, flush=True))
     for s in shapes:
-        stale_policy(s.base, card_search.card_seed_of(seeds), store, refuse=getattr(args, "refuse_stale", False), say=say)
+        stale_policy(s.base, card_search.card_seed_of(seeds), store,
+                     refuse=getattr(args, "refuse_stale", False), say=say)
     out.mkdir(parents=True, exist_ok=True)
     for name in ("shapes.json", "shapes.md"):
         check_writable(out / name)
