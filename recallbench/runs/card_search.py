@@ -78,7 +78,11 @@ def batch_seeds(seeds: Sequence[int], j: int, nf: int) -> list[int]:
 def card_seed_of(seeds: Sequence[int]) -> Callable[[int, int], bool]:
     """Whether a run's seed at N_f is a batch's of a card over ``seeds``."""
     wanted = {int(s) for s in seeds}
-    return lambda seed, nf: seed_parts(seed)[0] in wanted and seed_parts(seed)[2] == nf
+
+    def ours(seed: int, nf: int) -> bool:
+        s, _, at = seed_parts(seed)
+        return s in wanted and at == nf
+    return ours
 
 
 def seed_parts(seed: int) -> tuple[int, int, int]:

@@ -65,7 +65,8 @@ def card_points(base: Mapping[str, Any], seeds: Sequence[int] | Callable[[int, i
     return points
 
 
-def stale_policy(base: Mapping[str, Any], seeds, store: str | Path, *,
+def stale_policy(base: Mapping[str, Any], seeds: Sequence[int] | Callable[[int, int], bool],
+                 store: str | Path, *,
                  refuse: bool, say: Callable[[str], None],
                  max_lines: int = MAX_STALE_LINES) -> None:
     """Check ``store`` (a directory; none yet: nothing to check) before a search from

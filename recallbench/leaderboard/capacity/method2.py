@@ -72,10 +72,8 @@ def settings(suite: Suite) -> dict:
 def seed_allowed(seed, nf: int, suite: Suite) -> bool:
     """Whether ``seed`` is a batch's at N_f = ``nf``: s + 1000·j + 100000·N_f with s a
     suite seed and j below max_batches."""
-    if not is_int(seed) or seed < 0:
-        return False
-    s, j, at = card_search.seed_parts(seed)
-    return s in suite.seeds and j < settings(suite)["max_batches"] and at == nf
+    return (is_int(seed) and seed >= 0 and card_search.card_seed_of(suite.seeds)(seed, nf)
+            and card_search.seed_parts(seed)[1] < settings(suite)["max_batches"])
 
 
 def run(suite: Suite, adapter: str, budget: Mapping, base: Mapping, store, workers: int,
