@@ -25,7 +25,7 @@ from recallbench.law.run_card_render import draw, headline, shape_text
 from recallbench.leaderboard.capacity.board import (APART, BOUND, GROWS, MEASURED, NO_RECALL,
                                                     _ci, _cpu_min, _html_table, _md_table, _state,
                                                     _why, apart, bounded, figures)
-from recallbench.leaderboard.capacity import board_figure, reseed_docs
+from recallbench.leaderboard.capacity import board_figure, reseed_docs, shapes_docs
 from recallbench.leaderboard.capacity.method2 import machine_text, settings
 from recallbench.leaderboard.markdown import code, md, readme_head
 from recallbench.leaderboard.page import (PAGE, _e, _href, document, file_links, plain as text_of,
@@ -175,8 +175,8 @@ def intro_items(suite: Suite) -> list[tuple[str, str]]:
 
 
 def render_markdown(suite: Suite, rows: list[dict], reseeds: list[dict] = ()) -> str:
-    """The suite's README.md: intro, a ranking per budget, the cards apart, work and time,
-    the re-seeded cards (``reseed_docs.rows``)."""
+    """The suite's README.md: intro, a ranking per budget, the cards apart, the state shapes
+    (``shapes_docs``), work and time, the re-seeded cards (``reseed_docs.rows``)."""
     lines = readme_head(suite) + [f"- **{k}**: {md(v)}" for k, v in intro_items(suite)]
     lines += ["", f"![{board_figure.ALT}]({board_figure.FIGURE})", "", RANKING_NOTE]
     for b in suite.budgets:
@@ -187,6 +187,10 @@ def render_markdown(suite: Suite, rows: list[dict], reseeds: list[dict] = ()) ->
             if apart(rows, b["name"], kind):
                 lines += ["", f"{title}:", ""]
                 lines += [f"- {md(apart_text(r))}" for r in apart(rows, b["name"], kind)]
+    shapes = shapes_docs.groups(suite, rows)
+    if shapes:
+        lines += ["", "## State shapes at the same S", "", shapes_docs.NOTE, ""]
+        lines += _md_table(shapes_docs.HEAD, shapes_docs.table(shapes))
     head, body = work_table(suite, rows)
     lines += ["", "## Training work and CPU time per adapter", ""]
     lines += _md_table(head, body or [["–"] * len(head)])
@@ -288,6 +292,11 @@ def page_html(suite: Suite, rows: list[dict], pngs: Mapping | None,
             mine += listed
         cards += [_card_html(r, None if pngs is None else pngs.get((r["file"], r["budget"]), b""))
                   for r in mine]
+    shapes = shapes_docs.groups(suite, rows)
+    if shapes:
+        body += ['<h2 id="shapes">State shapes at the same S</h2>',
+                 f'<p class="note">{_e(shapes_docs.NOTE.replace("`", ""))}</p>',
+                 _html_table(shapes_docs.HEAD, shapes_docs.table(shapes), (0, 1, 3, 5, 7))]
     head, work = work_table(suite, rows)
     body += ['<h2 id="work">Training work and CPU time per adapter</h2>',
              _html_table(head, work or [["–"] * len(head)], (0, 1))]
