@@ -5,7 +5,7 @@
                                 [--executor inprocess|processes] [--workers K]
                                 [--time-budget SECONDS] [--point-timeout SECONDS]
     recallbench leaderboard run --suite CAPACITY_SUITE --adapter NAME --store STORE
-                                --executor ray [--address ADDR]
+                                [--shape TERM=V] [--executor ray [--address ADDR]]
     recallbench leaderboard validate FILE...        (or a suite folder: all its submissions)
     recallbench leaderboard verify FILE --sample K [--seed N] [--device cpu]
     recallbench leaderboard render SUITE_DIR... [--check] [--no-plot]
@@ -30,6 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--store", required=True, help="result store folder (results.jsonl is appended)")
     p.add_argument("--set", action="append", metavar="model.KEY=VALUE",
                    help="adapter settings the suite leaves open (model.* only); repeatable")
+    p.add_argument("--shape", metavar="TERM=V",
+                   help="a capacity suite of card method 2: the adapter at another shape of "
+                        "each budget's state S (for example key=8: the settings that keep S, "
+                        "as `recallbench capacity --shapes` plans them); submit with the same "
+                        "--shape")
     p.add_argument("--limit", type=int, help="run at most this many missing points (>= 1)")
     p.add_argument("--executor", choices=["inprocess", "processes", "ray"], default="inprocess",
                    help="inprocess: one point after another here (default); processes: "
@@ -140,6 +145,9 @@ def _check_run_flags(args) -> None:
         raise ConfigError(f"--workers {args.workers}: must be >= 1")
     if args.address is not None and args.executor != "ray":
         raise ConfigError("--address is for --executor ray")
+    if args.shape is not None and args.set:
+        raise ConfigError("--shape with --set is not allowed: a shape's settings are the ones "
+                          "that keep each budget's S")
     from recallbench.runs.budget import check_budget
 
     check_budget(args.time_budget)
@@ -181,6 +189,7 @@ def _run(args) -> int:
     suite, extra = _suite_to_run(args)
     if suite.is_capacity:
         return _run_capacity(args, suite, extra)
+    _shape(args, suite)  # a grid suite: --shape is refused
     if args.budget:
         raise ConfigError(f"--budget is for a capacity suite; {suite.name} is a grid suite "
                           "(its points run together)")
@@ -213,6 +222,19 @@ def _run(args) -> int:
     return 1 if counts["failed"] else 0
 
 
+def _shape(args, suite) -> dict | None:
+    """--shape parsed, or None; refused in one line off a method-2 suite."""
+    if args.shape is None:
+        return None
+    from recallbench.leaderboard.capacity import shape_entry
+    from recallbench.leaderboard.capacity.method2 import is_v2
+
+    if not is_v2(suite):
+        raise ConfigError(f"--shape is for a capacity suite of card method 2; {suite.name} "
+                          "is not one")
+    return shape_entry.parse(args.shape)
+
+
 def _run_capacity(args, suite, extra) -> int:
     """A capacity suite: each budget's search (``capacity_suite.run_capacity_suite``)."""
     import sys
@@ -227,6 +249,13 @@ def _run_capacity(args, suite, extra) -> int:
         raise ConfigError(f"{flag} is not for a capacity suite ({suite.name}): its search "
                           f"has its own budget per card (suite.yaml capacity.{key}); "
                           "--dry-run gives the ETA")
+    shape = _shape(args, suite)
+    if shape:
+        from recallbench.leaderboard.capacity.shape_entry import describe
+        from recallbench.leaderboard.capacity.suite import chosen
+
+        for b in chosen(suite, args.budget):
+            print(describe(suite, args.adapter, b, shape), flush=True)
     workers = args.workers or 1
     if not 1 <= workers <= (os.cpu_count() or 1):
         raise ConfigError(f"--workers {workers} is not allowed: must be in "
@@ -236,7 +265,8 @@ def _run_capacity(args, suite, extra) -> int:
         from recallbench.leaderboard.capacity.suite import plan_capacity_suite
 
         plan_capacity_suite(suite, args.adapter, args.store, model_extra=extra, workers=workers,
-                            log=lambda m: print(m, flush=True), budgets=args.budget)
+                            log=lambda m: print(m, flush=True), budgets=args.budget,
+                            shape=shape)
         return 0
     executor = None
     if args.executor == "ray":  # one connection for every card; a card's runs are its tasks
@@ -247,7 +277,7 @@ def _run_capacity(args, suite, extra) -> int:
     try:
         with sigterm_unwinds():
             cards = run_capacity_suite(suite, args.adapter, args.store, model_extra=extra,
-                                       workers=workers, log=lambda m: print(m, flush=True),
+                                       shape=shape, workers=workers, log=lambda m: print(m, flush=True),
                                        refuse_stale=args.refuse_stale, executor=executor,
                                        budgets=args.budget)
     except (KeyboardInterrupt, Terminated) as exc:

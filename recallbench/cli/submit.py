@@ -1,7 +1,8 @@
 """``recallbench submit``: turn a result store into a leaderboard submission.
 
     recallbench submit --suite leaderboards/cpu-small --store STORE --model-name NAME
-                       [--adapter NAME] [--description TEXT] [--url URL] [--out FILE]
+                       [--adapter NAME] [--shape TERM=V] [--description TEXT] [--url URL]
+                       [--out FILE]
 
 The store's records that fill the suite's grid (for one adapter) become a submission
 YAML with per-point counts, the scorer's fitted effective state, capacity and Fano ratio,
@@ -24,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-name", required=True,
                         help="name on the leaderboard (letters, digits, . _ + -)")
     parser.add_argument("--adapter", help="which adapter's runs (needed if the store holds several)")
+    parser.add_argument("--shape", metavar="TERM=V",
+                        help="a capacity suite of card method 2: the runs of `leaderboard run "
+                             "--shape TERM=V` (the adapter at another shape of each budget's S)")
     parser.add_argument("--description", help="one line about the model")
     parser.add_argument("--url", help="code or paper link")
     parser.add_argument("--out", help="output file (default <suite>/submissions/<model-name>.yaml)")
@@ -79,9 +83,14 @@ def command(args) -> int:
     if not args.out and out.parent.is_symlink():
         raise ConfigError(f"{out.parent}: the submissions folder is a symbolic link; not accepted")
     _check_out(out, args.force)
+    shape = None
+    if args.shape is not None:
+        from recallbench.leaderboard.capacity.shape_entry import parse
+
+        shape = parse(args.shape)
     records = _load(args.store)
     sub = lb.build_submission(suite, records, args.model_name, adapter=args.adapter,
-                              description=args.description, url=args.url)
+                              description=args.description, url=args.url, shape=shape)
     try:
         lb.write_submission(sub, out)
     except OSError as exc:

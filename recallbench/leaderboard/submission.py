@@ -217,9 +217,12 @@ def _environment(chosen: list[Mapping], versions: Mapping) -> dict:
 
 def build_submission(suite: Suite, records: Iterable[Mapping], model_name: str, *,
                      adapter: str | None = None, description: str | None = None,
-                     url: str | None = None) -> dict:
-    """A submission dict from result records that fill the suite's grid for one adapter."""
+                     url: str | None = None, shape: Mapping | None = None) -> dict:
+    """A submission dict from result records that fill the suite's grid for one adapter
+    (a method-2 capacity suite: at ``shape``, ``capacity.shape_entry``, where given)."""
     check_name(model_name, "--model-name")
+    need(not shape or (suite.is_capacity and suite.capacity_method == 2), "submit",
+         f"--shape is for a capacity suite of card method 2; {suite.name} is not one")
     if suite.is_capacity:
         from recallbench.leaderboard.capacity.suite import capacity_points
 
@@ -228,7 +231,7 @@ def build_submission(suite: Suite, records: Iterable[Mapping], model_name: str, 
         records = [r for r in records if r["config"]["model"].get("adapter") == adapter]
         for r in records:
             _check_record(r)
-        found = capacity_points(suite, records, adapter)
+        found = capacity_points(suite, records, adapter, shape)
         chosen = [r for _, pairs, _ in found for _, r in pairs]
         budgets = [{**_budget_entry(b, pairs), "card": card} for b, pairs, card in found]
     else:
@@ -245,7 +248,8 @@ def build_submission(suite: Suite, records: Iterable[Mapping], model_name: str, 
         "model": {"name": model_name, "adapter": adapter, "description": description,
                   "url": url, "library": _library(adapter, versions),
                   "provenance": _provenance(chosen),
-                  "config": model_cfg, "config_hash": config_hash({"model": model_cfg})},
+                  "config": model_cfg, "config_hash": config_hash({"model": model_cfg}),
+                  **({"shape": dict(shape)} if shape else {})},
         "budgets": budgets,
     }
     _add_scores(sub, suite)

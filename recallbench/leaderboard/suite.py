@@ -191,9 +191,10 @@ class Suite:
             task["seq_len"] = self.data["seq_len_per_fact"] * point["num_facts"]
         return {"task": task, "model": model, "train": train}
 
-    def fixed_values(self, adapter: str, point: Mapping) -> dict:
-        """The keys the suite fixes for a point (execution keys left out): what must match."""
-        return strip_execution(self.point_config(adapter, point))
+    def fixed_values(self, adapter: str, point: Mapping, model: Mapping | None = None) -> dict:
+        """The keys the suite fixes for a point (execution keys left out): what must match;
+        ``model`` (a state shape's model config) overrides the budget's where given."""
+        return strip_execution(self.point_config(adapter, point, model))
 
 
 # -- checking suite.yaml ----------------------------------------------------------------

@@ -28,6 +28,8 @@ from typing import Any, Callable, Mapping
 
 from recallbench.api.canonical import SECTIONS, config_hash
 from recallbench.api.errors import ConfigError
+from recallbench.leaderboard.capacity import shape_entry
+from recallbench.leaderboard.capacity.method2 import is_v2
 from recallbench.leaderboard.capacity import suite as capacity_suite
 from recallbench.leaderboard.checks import (agrees, check_file_name, check_keys, check_name,
                                             check_relative_path, need, short)
@@ -47,7 +49,7 @@ from recallbench.leaderboard.yaml_io import read_yaml_data
 SUB_KEYS = {"schema", "suite", "suite_recipe_sha256", "model", "budgets", "scoring", "impossible",
             "environment", "created", "sha256", "artifacts", "reseed_of"}
 MODEL_KEYS = {"name", "adapter", "description", "url", "library", "config", "config_hash",
-              "provenance"}
+              "provenance", "shape"}
 MODEL_REQUIRED = {"name", "adapter", "config", "config_hash", "library"}
 BUDGET_KEYS = {"name", "state_size", "state_bits", "state_note", "params", "config", "points", "score",
                "card"}
@@ -120,6 +122,22 @@ def _check_model(sub: Mapping, suite: Suite, where: str) -> None:
         need(m.get(k) is None or (isinstance(m.get(k), str) and len(m[k]) <= MAX_TEXT), where,
              f"model.{k} must be text of at most {MAX_TEXT} characters")
     check_library(m, sub["environment"]["versions"], where)
+    if "shape" in m:
+        shape_entry.check(m["shape"], f"{where}: model")
+        need(is_v2(suite), where, "model.shape is for a capacity suite of card method 2; "
+             f"{suite.name} is not one")
+        first = _planned(suite, m, suite.budgets[0], where)
+        need(shared_model_config(first) == m["config"], where,
+             "model.config is not the adapter's at model.shape (beyond the budget's sizes)")
+
+
+def _planned(suite: Suite, model: Mapping, budget: Mapping, where: str) -> dict:
+    """The model config of ``model.shape`` at ``budget``; one line naming ``where`` if the
+    budget's S does not realise it."""
+    try:
+        return shape_entry.budget_model(suite, model["adapter"], budget, model["shape"])
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: model.shape: {str(exc).replace('--shape ', '')}") from None
 
 
 def _check_budget_names(sub: Mapping, suite: Suite, where: str) -> None:
@@ -142,13 +160,20 @@ def _check_budget(b: Mapping, model: Mapping, suite: Suite, bw: str) -> None:
          f"config must be a mapping with sections {', '.join(SECTIONS)}")
     need(cfg["model"].get("adapter") == model["adapter"], bw,
          f"config.model.adapter {short(cfg['model'].get('adapter'))} is not model.adapter {model['adapter']!r}")
-    need(shared_model_config(cfg["model"]) == model["config"], bw,
-         "config.model differs from model.config (beyond the budget's sizes)")
+    shape = model.get("shape")
+    planned = _planned(suite, model, suite.budget(b["name"]), bw) if shape else None
+    if shape:
+        need(cfg["model"] == planned, bw, f"config.model is not adapter {model['adapter']}'s "
+             f"at model.shape {shape['term']}={shape['value']} and this budget's S")
+    else:
+        need(shared_model_config(cfg["model"]) == model["config"], bw,
+             "config.model differs from model.config (beyond the budget's sizes)")
     check_state(b, bw)
     want_pts = {suite.key(p) for p in suite.points() if p["budget"] == b["name"]}
     seen: set[tuple] = set()
     for j, p in enumerate(b["points"]):
-        _check_point(p, b, model["adapter"], suite, f"{bw} point {j + 1}", want_pts, seen)
+        _check_point(p, b, model["adapter"], suite, f"{bw} point {j + 1}", want_pts, seen,
+                     planned)
     if suite.is_capacity:
         capacity_suite.check_cells_complete(b, suite, bw)
         return
@@ -160,8 +185,9 @@ def _check_budget(b: Mapping, model: Mapping, suite: Suite, bw: str) -> None:
 
 
 def _check_point(p: Any, b: Mapping, adapter: str, suite: Suite, pw: str, want_pts: set,
-                 seen: set) -> None:
-    """One point: on the grid and new (added to ``seen``), counts, hash, the suite's values."""
+                 seen: set, model: Mapping | None = None) -> None:
+    """One point: on the grid and new (added to ``seen``), counts, hash, the suite's values
+    (with ``model``, a shape's model config, in place of the budget's)."""
     check_keys(p, POINT_KEYS, POINT_REQUIRED | (PROTOCOL_KEYS if suite.searches_lr else set()), pw)
     check_fields(p, POINT, pw)
     check_protocol_fields(p, pw)
@@ -184,7 +210,7 @@ def _check_point(p: Any, b: Mapping, adapter: str, suite: Suite, pw: str, want_p
     full = merge_config(b["config"], delta)
     need(_hash_of(lambda: config_hash(full), pw) == p["config_hash"], pw,
          "config_hash does not match the point's config (budget config + delta)")
-    bad = first_mismatch(full, suite.fixed_values(adapter, point))
+    bad = first_mismatch(full, suite.fixed_values(adapter, point, model))
     need(bad is None, pw, f"config does not follow the suite: {bad}")
     check_point_protocol(p, full["train"]["lr"], pw)
     check_info_bits(p, full["task"], pw)

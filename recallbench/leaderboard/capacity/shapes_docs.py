@@ -1,9 +1,10 @@
 """The board's state shapes: each adapter's default shape beside the best of the shapes
 submitted for it at the same state S (``recallbench.runs.card_shapes.rank``).
 
-A shape is one more submission of the adapter whose model settings change the state's
-shape and not its size (``leaderboard run --set model.n_heads=4``, then ``submit
---model-name rwkv6-heads-4``).  Per budget, the cards of one adapter at one fixed S with at
+A shape is one more submission of the adapter at settings that change the state's shape
+and not its size (``leaderboard run --shape heads=4``, then ``submit --shape heads=4
+--model-name rwkv6-heads-4``; ``shape_entry``), or with ``--set`` of a setting the suite
+leaves open.  Per budget, the cards of one adapter at one fixed S with at
 least two shapes form a group:
 
     groups(suite, rows)   # [{"budget", "adapter", "state_size", "default", "rows", "best"}]
@@ -30,11 +31,10 @@ NOTE = (
     "among those submitted at the same S (their cards are ranked above as any other). A "
     "shape is named highest only when its 95% interval lies above every other shape's; when "
     "intervals overlap the verdict is \"not separable\" and names the shapes that overlap. "
-    "A shape is submitted as the adapter with its settings changed: "
-    "`recallbench capacity --adapter NAME --shapes TERM=V1,V2 --dry-run` lists the settings "
-    "that keep S, and those the budget does not fix go to "
-    "`recallbench leaderboard run ... --set model.KEY=VALUE`, then `recallbench submit ... "
-    "--model-name NAME-TERM-V`.")
+    "A shape is measured as the adapter at other settings that keep each budget's S: "
+    "`recallbench leaderboard run ... --shape TERM=V`, then `recallbench submit ... "
+    "--shape TERM=V --model-name NAME-TERM-V` (`recallbench capacity --adapter NAME "
+    "--shapes TERM=V1,V2 --dry-run` lists the shapes an adapter realises).")
 
 
 def groups(suite, rows: list[dict]) -> list[dict]:

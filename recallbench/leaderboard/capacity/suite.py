@@ -28,6 +28,7 @@ from typing import Callable, Mapping
 from recallbench.api.canonical import plain, sha256_of
 from recallbench.api.errors import ConfigError
 from recallbench.leaderboard.capacity import method2 as v2
+from recallbench.leaderboard.capacity.shape_entry import flag
 from recallbench.leaderboard.checks import difference, need, short
 from recallbench.leaderboard.suite import Suite
 
@@ -37,12 +38,15 @@ UNFINISHED = "the search stopped before"
 
 
 def budget_base(suite: Suite, adapter: str, budget: Mapping,
-                model_extra: Mapping | None = None) -> dict:
-    """The resolved config the search starts from for one budget (its first cell's, N_f 2)."""
+                model_extra: Mapping | None = None, shape: Mapping | None = None) -> dict:
+    """The resolved config the search starts from for one budget (its first cell's, N_f 2),
+    at ``shape`` if given (``shape_entry``: another shape of the budget's S)."""
     from recallbench.api.config import resolve
+    from recallbench.leaderboard.capacity.shape_entry import budget_config
 
     point = {"budget": budget["name"], "num_facts": 2, "seed": suite.seeds[0]}
-    return resolve(suite.point_config(adapter, point, model_extra)).to_dict()
+    base = resolve(suite.point_config(adapter, point, model_extra)).to_dict()
+    return budget_config(suite, adapter, budget, shape, base)
 
 
 def chosen(suite: Suite, names: list[str] | None) -> list[dict]:
@@ -74,12 +78,14 @@ def fit_budget(suite: Suite) -> bool:
 
 
 def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
-                       model_extra: Mapping | None = None, workers: int = 1,
+                       model_extra: Mapping | None = None, shape: Mapping | None = None,
+                       workers: int = 1,
                        log: Callable[[str], None] = print,
                        refuse_stale: bool = False, executor=None,
                        budgets: list[str] | None = None) -> dict[str, dict]:
     """Every budget's search (or those named in ``budgets``) for ``adapter`` into ``store``
     (resumes from it); the cards.
+    ``shape``: every budget at that state shape (``shape_entry``).
     Each card's runs go to ``executor`` (one of :mod:`recallbench.runs.executors`, a Ray
     cluster's included; the caller closes it) if given, else to ``workers`` processes.
     First, every budget's stored runs made by other adapter source are warned about through
@@ -90,7 +96,8 @@ def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
     from recallbench.runs.stale import stale_policy
 
     ADAPTERS.require(adapter, where=f"suite {suite.name}")
-    bases = [(b, budget_base(suite, adapter, b, model_extra)) for b in chosen(suite, budgets)]
+    bases = [(b, budget_base(suite, adapter, b, model_extra, shape))
+             for b in chosen(suite, budgets)]
     seeds = ((lambda s, nf: v2.seed_allowed(s, nf, suite)) if v2.is_v2(suite)
              else suite.seeds)
     for b, base in bases:
@@ -116,7 +123,8 @@ def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
 
 
 def plan_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
-                        model_extra: Mapping | None = None, workers: int = 1,
+                        model_extra: Mapping | None = None, shape: Mapping | None = None,
+                        workers: int = 1,
                         log: Callable[[str], None] = print,
                         budgets: list[str] | None = None) -> dict[str, float]:
     """``leaderboard run --dry-run`` of a capacity suite: per budget, what the store already
@@ -136,8 +144,8 @@ def plan_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
                if Path(store).is_dir() else [])
     budget_s, left = (None if v2.is_v2(suite) else cpu_budget_s(suite)), {}
     for b in chosen(suite, budgets):
-        base = budget_base(suite, adapter, b, model_extra)
-        mine = _of_budget(b, records)
+        base = budget_base(suite, adapter, b, model_extra, shape)
+        mine = _of_budget(b, records, base["model"] if shape else None)
         done = _replay(suite, mine[0]["config"], mine) if mine else None
         if budget_s is None:
             over = done is not None and not unfinished(done)
@@ -222,23 +230,28 @@ def stored_card(card: Mapping) -> dict:
     return plain({k: v for k, v in card.items() if k not in ("provenance", "model")})
 
 
-def _of_budget(budget: Mapping, records: list[Mapping]) -> list[Mapping]:
-    """The records whose model has the budget's sizes."""
+def _of_budget(budget: Mapping, records: list[Mapping], model: Mapping | None = None
+               ) -> list[Mapping]:
+    """The records whose model has the budget's sizes, or is ``model`` (a shape's) if given."""
+    if model is not None:
+        return [r for r in records if r["config"]["model"] == model]
     return [r for r in records
             if all(r["config"]["model"].get(k) == v for k, v in budget["model"].items())]
 
 
-def capacity_points(suite: Suite, records: list[Mapping], adapter: str
-                    ) -> list[tuple[dict, dict, dict]]:
-    """Per budget: (budget, [(point, record)], card) of the cells the replayed search visits."""
+def capacity_points(suite: Suite, records: list[Mapping], adapter: str,
+                    shape: Mapping | None = None) -> list[tuple[dict, dict, dict]]:
+    """Per budget: (budget, [(point, record)], card) of the cells the replayed search visits
+    (of ``shape``'s runs where given)."""
     out = []
     for b in suite.budgets:
-        mine = _of_budget(b, records)
+        mine = _of_budget(b, records, budget_base(suite, adapter, b, shape=shape)["model"]
+                          if shape else None)
         result = _replay(suite, mine[0]["config"], mine) if mine else None
         need(result is not None and bool(result.records), "submit",
              f"the store holds no run of budget {b['name']} for adapter {adapter} that starts "
              f"the search (run `recallbench leaderboard run --suite {suite.dir} --adapter "
-             f"{adapter} --store ...`)")
+             f"{adapter}{flag(shape)} --store ...`)")
         need(not unfinished(result), f"submit: budget {b['name']}",
              f"{result.stopped}; {_finish(suite, adapter)}")
         pairs = [({"budget": b["name"], "num_facts": r["config"]["task"]["num_facts"],
