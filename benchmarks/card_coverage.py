@@ -3,6 +3,7 @@
     python benchmarks/card_coverage.py --cards 500 --seed 0 [--jobs 2]
     python benchmarks/card_coverage.py --cards 500 --fit-only      # the fit alone
     python benchmarks/card_coverage.py --cards 200 --out cards.jsonl
+    python benchmarks/card_coverage.py --cards 24 --truth 8.6,0.72,0.47,0.04 --max-batches 96
 
 Draws ``--cards`` truths over the cpu-v3 cards' ranges (``synthetic_cards.sample_truth``:
 slope 1.0-1.9, run-to-run scatter tau 0-0.7, failure rate 0-0.1, N50 5-60 at V = 512,
@@ -10,6 +11,8 @@ D = 32, N = 8) and makes each one's card with the card search
 (``recallbench.runs.card_search.measure``, seeds 0 and 1, its default work budget) on runs
 simulated from that truth instead of trained (``synthetic_cards.runner``).
 
+``--truth N50,SLOPE,TAU,FAIL`` gives every card one truth (a layer's fitted card, to see how
+many runs it takes and how often it ends measured), ``--max-batches N`` the search's limit.
 ``--seed-share F`` puts a share F of each truth's run-to-run variance in a seed effect
 shared by the runs of one seed (``synthetic_cards``); every run has its own seed, as the
 search gives them, or with ``--shared-seeds`` every cell's j-th batch reuses one (the
@@ -118,10 +121,12 @@ def fit_only_card(truth, rng, shared=False) -> dict:
             "failure_hat": f.failure_rate, "observed": f.n_observed}
 
 
-def search_card(truth, rng, work_budget=None, shared=False) -> dict:
+def search_card(truth, rng, work_budget=None, shared=False, max_batches=None) -> dict:
     from recallbench.runs import card_search
     run_cell = synth.runner(truth, rng, shared)
     kw = {} if work_budget is None else {"work_budget": work_budget}
+    if max_batches is not None:
+        kw["max_batches"] = max_batches
     res = card_search.measure(BASE, seeds=SEEDS, run_cell=run_cell, say=lambda s: None, **kw)
     card = res.card
     n50 = card.get("n50") or {}
@@ -135,12 +140,12 @@ def search_card(truth, rng, work_budget=None, shared=False) -> dict:
 
 
 def one_card(job) -> dict:
-    index, seed, fit_only, work_budget, seed_share, shared = job
+    index, seed, fit_only, work_budget, seed_share, shared, fixed, max_batches = job
     rng = np.random.default_rng([seed, index])
-    truth = synth.sample_truth(rng, seed_share)
+    truth = synth.sample_truth(rng, seed_share) if fixed is None else synth.Truth(*fixed)
     t0 = time.process_time()
     row = (fit_only_card(truth, rng, shared) if fit_only
-           else search_card(truth, rng, work_budget, shared))
+           else search_card(truth, rng, work_budget, shared, max_batches))
     row.update(index=index, truth=truth.to_dict(), cpu_s=time.process_time() - t0)
     row["covered"] = bool(row["lo"] <= truth.n50 <= row["hi"])
     row["miss"] = None if row["covered"] else ("below" if row["hi"] < truth.n50 else "above")
@@ -157,13 +162,16 @@ def make_pool(jobs: int):
 
 def run_cards(cards: int, seed: int = 0, fit_only: bool = False, jobs: int = 1,
               work_budget=None, progress=None, pool=None, seed_share: float = 0.0,
-              shared: bool = False) -> list[dict]:
+              shared: bool = False, truth: tuple | None = None,
+              max_batches: int | None = None) -> list[dict]:
     """Every card's row, in index order; ``progress(done, cards)`` after each card.  The
     cards run in this process (``jobs`` 1), over ``jobs`` new processes, or in ``pool``.
     ``seed_share``: the share of the run-to-run variance that is the seed's; ``shared``:
     the seed's effect shared by the runs of every cell's j-th batch
-    (``synthetic_cards.runner``)."""
-    work = [(i, seed, fit_only, work_budget, seed_share, shared) for i in range(cards)]
+    (``synthetic_cards.runner``); ``truth``: (n50, slope, tau, failure rate) for every card
+    instead of one drawn per card; ``max_batches``: the search's (None: its default)."""
+    work = [(i, seed, fit_only, work_budget, seed_share, shared, truth, max_batches)
+            for i in range(cards)]
     own = make_pool(jobs) if pool is None and jobs > 1 else None
     use = pool or own
     rows = []
@@ -250,15 +258,37 @@ def main(argv=None) -> int:
                    help="share of the run-to-run variance that is the seed's, in [0, 1)")
     p.add_argument("--shared-seeds", action="store_true",
                    help="every cell's j-th batch reuses one seed (its effect shared)")
+    p.add_argument("--truth", metavar="N50,SLOPE,TAU,FAIL",
+                   help="one truth for every card (e.g. 8.6,0.72,0.47,0.04: Mamba-2's fit)")
+    p.add_argument("--max-batches", type=int, default=None,
+                   help="the search's batch limit (default: its own)")
     args = p.parse_args(argv)
+    truth = None
+    if args.truth is not None:
+        try:
+            truth = tuple(float(x) for x in args.truth.split(","))
+        except ValueError:
+            truth = ()
+        if (len(truth) != 4 or not (truth[0] > 1 and truth[1] > 0 and truth[2] >= 0
+                                    and 0 <= truth[3] < 1)):
+            p.error(f"--truth {args.truth} is not allowed: N50 > 1, slope > 0, tau >= 0 and a "
+                    "failure rate in [0, 1), comma-separated")
+    if args.max_batches is not None and not 1 <= args.max_batches <= 99:
+        p.error(f"--max-batches {args.max_batches} is not allowed: an integer in [1, 99]")
     if not 0.0 <= args.seed_share < 1.0:
         p.error(f"--seed-share {args.seed_share:g} is not allowed: a share in [0, 1)")
     t0 = time.time()
     rows = run_cards(args.cards, args.seed, args.fit_only, args.jobs, args.work_budget,
-                     progress=_progress, seed_share=args.seed_share, shared=args.shared_seeds)
+                     progress=_progress, seed_share=args.seed_share, shared=args.shared_seeds,
+                     truth=truth, max_batches=args.max_batches)
     wall = time.time() - t0
     what = "fixed design (4 cells x 2 runs), runfit.fit_runs" if args.fit_only \
         else "card_search.measure, seeds 0,1"
+    if truth is not None:
+        what += (f"; every card N50 {truth[0]:g}, slope {truth[1]:g}, tau {truth[2]:g}, "
+                 f"failure rate {truth[3]:g}")
+    if args.max_batches is not None:
+        what += f"; at most {args.max_batches} batches"
     if args.seed_share:
         what += (f"; {args.seed_share:g} of the run variance a seed's, "
                  + ("shared by every cell's j-th batch" if args.shared_seeds

@@ -161,6 +161,18 @@ def test_the_script_prints_the_table():
         assert key in out
 
 
+def test_one_truth_for_every_card_and_the_batch_limit_are_kept():
+    """--truth puts one truth in every card; --max-batches stops the search there (a noisy,
+    shallow layer: runs to the limit), and the rows say so."""
+    truth = (8.6, 0.72, 0.6, 0.04)
+    rows = card_coverage.run_cards(2, seed=3, truth=truth, max_batches=3)
+    for r in rows:
+        t = r["truth"]
+        assert (t["n50"], t["slope"], t["tau"], t["failure_rate"]) == truth
+        assert r["runs"] <= 2 * 3
+    assert any(r["stopped"] == "3 batches" and r["runs"] == 6 for r in rows)
+
+
 def test_the_search_covers_the_true_n50_on_a_few_cards(pool):
     """5 cards through the search (about 2 CPU-s each): a check of the whole path more
     than of the coverage, which the slow test below measures."""
