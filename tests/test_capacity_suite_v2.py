@@ -188,7 +188,7 @@ def test_a_dry_run_states_the_work_budget_and_the_store_s_work(board2, cli, tmp_
     ({"work_budget_mtok": None}, "capacity.work_budget_mtok is required with method 2"),
     ({"work_budget_mtok": 0.5}, r"capacity.work_budget_mtok = 0.5 is not allowed: a number in "
                                 r"\[1, 1e\+06\]"),
-    ({"max_batches": 0}, r"capacity.max_batches = 0 is not allowed: an integer in \[1, 64\]"),
+    ({"max_batches": 0}, r"capacity.max_batches = 0 is not allowed: an integer in \[1, 99\]"),
     ({"max_batches": 2.5}, "capacity.max_batches = 2.5 is not allowed"),
     ({"max_step": 1.1}, "capacity.max_step = 1.1 is not allowed"),
     ({"cpu_budget_min": 30}, "capacity.cpu_budget_min is not a key of method 2: a method-2 "

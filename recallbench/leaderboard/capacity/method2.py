@@ -28,8 +28,9 @@ from recallbench.runs.capacity import MAX_STEP_RANGE
 if TYPE_CHECKING:
     from recallbench.leaderboard.suite import Suite
 
-#: a method-2 suite's capacity keys besides ``method`` (work_budget_mtok required)
-KEYS = {"work_budget_mtok": card_search.WORK_RANGE, "max_batches": (1, 64),
+#: a method-2 suite's capacity keys besides ``method`` (work_budget_mtok required); a
+#: batch index j below 100 keeps s + 1000·j within a cell's seeds (``card_search.run_seed``)
+KEYS = {"work_budget_mtok": card_search.WORK_RANGE, "max_batches": (1, 99),
         "max_step": MAX_STEP_RANGE}
 MACHINE_KEYS = ("model", "cpus", "threads")
 MAX_MACHINES = 8
