@@ -277,7 +277,8 @@ def _run_capacity(args, suite, extra) -> int:
     try:
         with sigterm_unwinds():
             cards = run_capacity_suite(suite, args.adapter, args.store, model_extra=extra,
-                                       shape=shape, workers=workers, log=lambda m: print(m, flush=True),
+                                       shape=shape, workers=workers,
+                                       log=lambda m: print(m, flush=True),
                                        refuse_stale=args.refuse_stale, executor=executor,
                                        budgets=args.budget)
     except (KeyboardInterrupt, Terminated) as exc:

@@ -6,7 +6,8 @@ batches of one run per suite seed at one N_f (the j-th batch at N_f with seeds
 s + 1000·j + 100000·N_f: no two runs share a seed); it stops when the card is measured,
 when the next batch would not fit the work budget (``work_budget_mtok``: millions of
 tokens trained, every learning-rate candidate counted), or after ``max_batches``; each new
-N_f lies within ``max_step`` times those measured.  The card is ``law.run_card``'s (schema recallbench.card/2).
+N_f lies within ``max_step`` times those measured.  The card is ``law.run_card``'s (schema
+recallbench.card/2).
 
 A submission's points are replayed with their learning-rate searches (the work the budget
 counts), and its stored card carries ``machine``: the CPU model, CPUs and torch threads the

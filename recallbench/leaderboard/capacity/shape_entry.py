@@ -48,11 +48,8 @@ def check(shape: Any, where: str) -> None:
          "model.shape must be {term: a term of the state's shape, value: an integer >= 1}")
 
 
-def budget_config(suite, adapter: str, budget: Mapping, shape: Mapping | None,
-                  base: Mapping) -> dict:
-    """``base`` (the budget's resolved config) at ``shape``; ``base`` itself for None."""
-    if not shape:
-        return dict(base)
+def _plan(suite, budget: Mapping, shape: Mapping, base: Mapping):
+    """``card_shapes.plan``'s one shape at ``base``; one line naming the budget if refused."""
     from recallbench.runs import card_shapes
 
     try:
@@ -61,7 +58,12 @@ def budget_config(suite, adapter: str, budget: Mapping, shape: Mapping | None,
         why = re.split(r" is not allowed(?::| for) ", str(exc), maxsplit=1)[-1]
         raise ConfigError(f"{FLAG} {shape['term']}={shape['value']} is not allowed at budget "
                           f"{budget['name']} of suite {suite.name}: {why}") from None
-    return planned.base
+    return planned
+
+
+def budget_config(suite, budget: Mapping, shape: Mapping | None, base: Mapping) -> dict:
+    """``base`` (the budget's resolved config) at ``shape``; ``base`` itself for None."""
+    return _plan(suite, budget, shape, base).base if shape else dict(base)
 
 
 def budget_model(suite, adapter: str, budget: Mapping, shape: Mapping | None) -> dict:
@@ -75,15 +77,14 @@ def describe(suite, adapter: str, budget: Mapping, shape: Mapping) -> str:
     """One line: the shape's terms at ``budget`` and the settings that differ from the
     suite's own (``"the suite's settings"`` when none do)."""
     from recallbench.leaderboard.capacity.suite import budget_base
-    from recallbench.runs import card_shapes
+    from recallbench.runs.card_shapes import describe as terms
 
-    own = budget_base(suite, adapter, budget)["model"]
-    base = budget_base(suite, adapter, budget, shape=shape)
-    (planned,) = card_shapes.plan(base, shape["term"], [shape["value"]])
-    model = base["model"]
+    own = budget_base(suite, adapter, budget)
+    planned = _plan(suite, budget, shape, own)
+    model, own = planned.base["model"], own["model"]
     diff = {k: v for k, v in model.items() if k != "options" and own.get(k) != v}
     diff.update({k: v for k, v in (model.get("options") or {}).items()
                  if (own.get("options") or {}).get(k) != v})
     said = ", ".join(f"{k} {v}" for k, v in diff.items()) or "the suite's settings"
     return (f"{adapter} at {budget['name']}, shape {shape['term']}={shape['value']}: "
-            f"{card_shapes.describe(planned.shape)} ({said})")
+            f"{terms(planned.shape)} ({said})")

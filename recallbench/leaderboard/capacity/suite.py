@@ -46,7 +46,7 @@ def budget_base(suite: Suite, adapter: str, budget: Mapping,
 
     point = {"budget": budget["name"], "num_facts": 2, "seed": suite.seeds[0]}
     base = resolve(suite.point_config(adapter, point, model_extra)).to_dict()
-    return budget_config(suite, adapter, budget, shape, base)
+    return budget_config(suite, budget, shape, base)
 
 
 def chosen(suite: Suite, names: list[str] | None) -> list[dict]:
