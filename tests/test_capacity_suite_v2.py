@@ -177,7 +177,7 @@ def test_a_dry_run_states_the_work_budget_and_the_store_s_work(board2, cli, tmp_
                        "designed", "--store", str(tmp_path / "fresh"), "--dry-run")
     assert rc == 0, err
     assert "nothing in the store yet (work budget 40 Mtok); measured" in out
-    eta = re.search(r"ETA: about ([\d.]+) CPU-min \(8 runs.*\) to ([\d.]+) \(70 runs.*the work "
+    eta = re.search(r"ETA: about ([\d.]+) CPU-min \(8 runs.*\) to ([\d.]+) \(130 runs.*the work "
                     r"budget stops it by ([\d.]+)", out)
     assert eta and float(eta[1]) <= float(eta[2]) <= float(eta[3]), out
     assert not (tmp_path / "fresh").exists()

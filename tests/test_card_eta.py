@@ -19,12 +19,12 @@ def test_the_range_counts_the_halving_s_steps_and_the_runs_left():
         card_search.ETA_RUNS[0] * 2000 * 3 * 0.01)
     done = card_search.eta_seconds(BASE, 0.01, 8, runs_done=6, work_left_mtok=1e6)
     assert done[0] == pytest.approx(2 * per_run) and done[1] < hi
-    assert card_search.eta_seconds(BASE, 0.01, 8, runs_done=100, work_left_mtok=1e6)[:2] == (0, 0)
+    assert card_search.eta_seconds(BASE, 0.01, 8, runs_done=200, work_left_mtok=1e6)[:2] == (0, 0)
 
 
 def test_the_work_budget_caps_both_ends():
     lo, hi, cap = card_search.eta_seconds(BASE, step_s=0.01, nf=8, work_left_mtok=10)
     assert cap == pytest.approx(10e6 / (32 * 4 * 8) * 0.01) and lo == cap and hi == cap
     text = card_search.eta_text(60.0, 600.0, 900.0, workers=2)
-    assert "about 1.0 CPU-min (8 runs" in text and "to 10.0 (70 runs" in text
+    assert "about 1.0 CPU-min (8 runs" in text and "to 10.0 (130 runs" in text
     assert "stops it by 15.0" in text and "wall time 0.5 to 5.0 min on 2 worker(s)" in text

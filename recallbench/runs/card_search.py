@@ -92,9 +92,10 @@ def seed_parts(seed: int) -> tuple[int, int, int]:
 
 
 #: the runs a card takes, for a dry run's ETA: the fewest a measured card has, and about what
-#: a layer whose runs scatter with SD 0.5 probit needs for a 1.3x interval (some 70:
-#: docs/results/capacity/README.md); the upper end also lets every run be extended once
-ETA_RUNS = (run_card.MIN_OBSERVED, 70)
+#: a layer whose runs scatter with SD 0.5 probit and whose curve falls slowly in N_f needs
+#: for a 1.3x interval (some 130: docs/results/capacity/README.md); the upper end also lets
+#: every run be extended once
+ETA_RUNS = (run_card.MIN_OBSERVED, 130)
 
 
 def eta_seconds(base: Mapping, step_s: float, nf: int, runs_done: int = 0,
