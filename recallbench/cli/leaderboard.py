@@ -227,11 +227,8 @@ def _shape(args, suite) -> dict | None:
     if args.shape is None:
         return None
     from recallbench.leaderboard.capacity import shape_entry
-    from recallbench.leaderboard.capacity.method2 import is_v2
 
-    if not is_v2(suite):
-        raise ConfigError(f"--shape is for a capacity suite of card method 2; {suite.name} "
-                          "is not one")
+    shape_entry.check_suite(suite, "--shape")
     return shape_entry.parse(args.shape)
 
 

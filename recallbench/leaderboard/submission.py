@@ -221,8 +221,10 @@ def build_submission(suite: Suite, records: Iterable[Mapping], model_name: str, 
     """A submission dict from result records that fill the suite's grid for one adapter
     (a method-2 capacity suite: at ``shape``, ``capacity.shape_entry``, where given)."""
     check_name(model_name, "--model-name")
-    need(not shape or (suite.is_capacity and suite.capacity_method == 2), "submit",
-         f"--shape is for a capacity suite of card method 2; {suite.name} is not one")
+    if shape:
+        from recallbench.leaderboard.capacity.shape_entry import check_suite
+
+        check_suite(suite, "submit: --shape")
     if suite.is_capacity:
         from recallbench.leaderboard.capacity.suite import capacity_points
 

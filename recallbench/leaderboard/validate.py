@@ -29,7 +29,6 @@ from typing import Any, Callable, Mapping
 from recallbench.api.canonical import SECTIONS, config_hash
 from recallbench.api.errors import ConfigError
 from recallbench.leaderboard.capacity import shape_entry
-from recallbench.leaderboard.capacity.method2 import is_v2
 from recallbench.leaderboard.capacity import suite as capacity_suite
 from recallbench.leaderboard.checks import (agrees, check_file_name, check_keys, check_name,
                                             check_relative_path, need, short)
@@ -124,8 +123,7 @@ def _check_model(sub: Mapping, suite: Suite, where: str) -> None:
     check_library(m, sub["environment"]["versions"], where)
     if "shape" in m:
         shape_entry.check(m["shape"], f"{where}: model")
-        need(is_v2(suite), where, "model.shape is for a capacity suite of card method 2; "
-             f"{suite.name} is not one")
+        shape_entry.check_suite(suite, f"{where}: model.shape")
         first = _planned(suite, m, suite.budgets[0], where)
         need(shared_model_config(first) == m["config"], where,
              "model.config is not the adapter's at model.shape (beyond the budget's sizes)")

@@ -40,6 +40,15 @@ def flag(shape: Mapping | None) -> str:
     return f" {FLAG} {shape['term']}={shape['value']}" if shape else ""
 
 
+def check_suite(suite, what: str) -> None:
+    """A shape needs a capacity suite of card method 2: else one line, ``what`` leading it."""
+    from recallbench.leaderboard.capacity.method2 import is_v2
+
+    if not is_v2(suite):
+        raise ConfigError(f"{what} is for a capacity suite of card method 2; {suite.name} is "
+                          "not one")
+
+
 def check(shape: Any, where: str) -> None:
     """A submission's ``model.shape``: {term: an identifier, value: an integer >= 1}."""
     need(isinstance(shape, dict) and set(shape) == {"term", "value"}
