@@ -151,6 +151,15 @@ def test_a_card_that_never_recalls_says_so_within_the_protocol():
     assert "an upper bound" in run_card_render.headline(card)
 
 
+def test_a_capacity_below_two_facts_is_an_upper_bound_that_says_why():
+    """N50 = 1.6: the runs at N_f = 2 recall, under half the queries above the guess, and no
+    smaller cell exists; the card is a bound on the upper side, the stop names N_f = 2."""
+    res = card_search.measure(BASE, run_cell=runner(1.6, 1.3, 0.0, 0.0), say=lambda s: None)
+    assert res.card["status"] == "bound" and res.card["n50"]["bound"] == "upper"
+    assert "N50 lies below N_f = 2" in res.stopped
+    assert "is at the guess level" not in res.stopped
+
+
 def test_a_bound_is_never_printed_as_a_measurement(tmp_path):
     """A card still short of its rule prints its N50 as a bound with the reason, and the
     figure and Markdown render; the title is wrapped, not cut."""

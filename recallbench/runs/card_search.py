@@ -355,7 +355,10 @@ def _next(card, step, top, cost, runs, left) -> tuple[int | None, str]:
         nf, why = _narrow(ok, f, max(MIN_FACTS, int(lo / step)), min(top, int(hi * step)),
                           cost, runs, left)
     if nf is not None and nf < MIN_FACTS:
-        return None, "no N_f left below: the smallest N_f is at the guess level"
+        if card["status"] == "no recall":
+            return None, "no N_f left below: the smallest N_f is at the guess level"
+        return None, (f"N50 lies below N_f = {MIN_FACTS}, the smallest N_f whose guess level "
+                      "is under 1: no smaller cell can bracket it")
     if nf is not None and nf > top:
         return None, (f"the capacity is beyond V/2 - 1 = {top} keys: rerun with a larger "
                       "--vocab-size")
