@@ -244,6 +244,22 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
+def parse_truth(parser: argparse.ArgumentParser, text: str | None) -> tuple | None:
+    """--truth N50,SLOPE,TAU,FAIL as a tuple (None when not given); a bad one ends the
+    command with one line naming the field and what is allowed."""
+    if text is None:
+        return None
+    try:
+        truth = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        truth = ()
+    if len(truth) != 4 or not (truth[0] > 1 and truth[1] > 0 and truth[2] >= 0
+                               and 0 <= truth[3] < 1):
+        parser.error(f"--truth {text} is not allowed: N50 > 1, slope > 0, tau >= 0 and a "
+                     "failure rate in [0, 1), comma-separated")
+    return truth
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cards", type=int, default=500)
@@ -263,16 +279,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-batches", type=int, default=None,
                    help="the search's batch limit (default: its own)")
     args = p.parse_args(argv)
-    truth = None
-    if args.truth is not None:
-        try:
-            truth = tuple(float(x) for x in args.truth.split(","))
-        except ValueError:
-            truth = ()
-        if (len(truth) != 4 or not (truth[0] > 1 and truth[1] > 0 and truth[2] >= 0
-                                    and 0 <= truth[3] < 1)):
-            p.error(f"--truth {args.truth} is not allowed: N50 > 1, slope > 0, tau >= 0 and a "
-                    "failure rate in [0, 1), comma-separated")
+    truth = parse_truth(p, args.truth)
     if args.max_batches is not None and not 1 <= args.max_batches <= 99:
         p.error(f"--max-batches {args.max_batches} is not allowed: an integer in [1, 99]")
     if not 0.0 <= args.seed_share < 1.0:

@@ -1,0 +1,177 @@
+"""Coverage of the N50 card under other stopping rules, from every look of synthetic cards.
+
+    python benchmarks/card_looks.py --cards 120 --seed 1 --jobs 2 \\
+        --truth 8.6,0.72,0.47,0.04 --max-batches 96 --out looks.jsonl
+    python benchmarks/card_looks.py --from looks.jsonl       # the table again, nothing run
+
+The card search stops at the first batch after which its card is measured (a cell's median
+run on each side of q = 1/2, 8 uncensored runs, the 95% N50 interval within a factor 1.3:
+``recallbench.law.run_card``), so it may favour an interval that happens to be narrow.
+Here each card of ``benchmarks/card_coverage.py`` (the same truth and the same draws for a
+``--seed`` and index) is searched on past that batch, until its interval spans at most
+``--floor`` or the batch limit; the card after every batch (a look) is kept.  Up to the
+first measured look the search is the card search itself, so the rule as it is ("spread
+1.3, 1 look" below) makes the card ``card_coverage.py`` makes.
+
+Printed per rule (stop at the first look that is measured with its interval within a
+spread s, k looks in a row; report that look's 95% interval): cards measured within the
+batch limit, how many of them cover the true N50 (± its binomial standard error), and the
+median runs at the stop.  A rule with s below ``--floor`` is not evaluated.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+
+import card_coverage as cc  # noqa: E402
+import synthetic_cards as synth  # noqa: E402
+
+#: the rules tabled: (largest spread, looks in a row)
+RULES = ((1.3, 1), (1.3, 2), (1.3, 3), (1.28, 1), (1.26, 1), (1.25, 1), (1.24, 1),
+         (1.22, 1), (1.2, 1))
+FIELDS = ("runs", "status", "n50", "lo", "hi", "spread", "bracketed", "observed")
+
+
+@contextlib.contextmanager
+def _looking(looks: list, floor: float):
+    """Within: the search's card after each batch appended to ``looks``; a measured card
+    whose spread is above ``floor`` is handed back to the search as a bound."""
+    from recallbench.law import run_card
+    from recallbench.runs import card_search
+
+    build = run_card.build_run_card
+
+    def spy(records, **kw):
+        card = build(records, **kw)
+        ci = (card.get("n50") or {}).get("ci") or [None, None]
+        crit = card.get("criteria") or {}
+        spread = crit.get("spread")
+        looks.append([len(card["runs"]), card.get("status"), (card.get("n50") or {}).get("value"),
+                      ci[0], ci[1], spread, crit.get("bracketed"), crit.get("observed_runs")])
+        if card.get("status") == "measured" and spread is not None and spread > floor:
+            card = {**card, "status": "bound"}
+        return card
+
+    card_search.run_card.build_run_card = spy
+    try:
+        yield
+    finally:
+        card_search.run_card.build_run_card = build
+
+
+def one_card(job) -> dict:
+    index, seed, fixed, max_batches, work_budget, floor = job
+    from recallbench.runs import card_search
+    rng = np.random.default_rng([seed, index])
+    truth = synth.sample_truth(rng) if fixed is None else synth.Truth(*fixed)
+    looks: list = []
+    t0 = time.process_time()
+    with _looking(looks, floor):
+        card_search.measure(cc.BASE, seeds=cc.SEEDS, run_cell=synth.runner(truth, rng),
+                            say=lambda s: None, max_batches=max_batches, work_budget=work_budget)
+    return {"index": index, "truth": truth.to_dict(), "cpu_s": time.process_time() - t0,
+            "looks": [dict(zip(FIELDS, look)) for look in looks]}
+
+
+def stop_at(looks: list[dict], spread: float, k: int) -> dict | None:
+    """The first look ending k looks in a row that are measured within ``spread``."""
+    run = 0
+    for look in looks:
+        ok = look["status"] == "measured" and look["spread"] is not None \
+            and look["spread"] <= spread
+        run = run + 1 if ok else 0
+        if run >= k:
+            return look
+    return None
+
+
+def evaluate(rows: list[dict], spread: float, k: int) -> dict:
+    stops = [(r["truth"]["n50"], stop_at(r["looks"], spread, k)) for r in rows]
+    stops = [(t, s) for t, s in stops if s is not None]
+    covered = sum(s["lo"] <= t <= s["hi"] for t, s in stops)
+    n = len(stops)
+    p = covered / n if n else math.nan
+    return {"rule": (spread, k), "cards": len(rows), "measured": n, "covered": covered,
+            "coverage": p, "se": math.sqrt(p * (1 - p) / n) if n else math.nan,
+            "runs": float(np.median([s["runs"] for _, s in stops])) if n else math.nan}
+
+
+def table(rows: list[dict], floor: float) -> str:
+    lines = [f"{'rule: spread, looks':<20} {'measured':>12} {'covered':>9} "
+             f"{'coverage':>15} {'runs':>5}"]
+    for spread, k in RULES:
+        if spread < floor:
+            continue
+        e = evaluate(rows, spread, k)
+        lines.append(f"{spread:<6g} {k:<13d} {e['measured']:>5} of {e['cards']:<4} "
+                     f"{e['covered']:>9} {e['coverage']:>7.3f} ± {e['se']:.3f} {e['runs']:>5.0f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cards", type=int, default=120)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--truth", metavar="N50,SLOPE,TAU,FAIL",
+                   help="one truth for every card (default: drawn over card_coverage's ranges)")
+    p.add_argument("--max-batches", type=int, default=96)
+    p.add_argument("--work-budget", type=float, default=1e5, help="Mtok per card")
+    p.add_argument("--floor", type=float, default=1.2,
+                   help="search on until the interval spans at most this (default 1.2)")
+    p.add_argument("--out", default=None, help="one JSON line per card, its looks")
+    p.add_argument("--from", dest="source", default=None,
+                   help="tabulate the cards of an earlier --out instead of running any")
+    args = p.parse_args(argv)
+    if args.source:
+        with open(args.source) as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
+        print(f"{len(rows)} cards from {args.source}")
+        print(table(rows, args.floor))
+        return 0
+    truth = cc.parse_truth(p, args.truth)
+    if not 1 <= args.max_batches <= 99:
+        p.error(f"--max-batches {args.max_batches} is not allowed: an integer in [1, 99]")
+    if not 1.0 < args.floor <= 1.3:
+        p.error(f"--floor {args.floor:g} is not allowed: a spread in (1, 1.3]")
+    jobs = [(i, args.seed, truth, args.max_batches, args.work_budget, args.floor)
+            for i in range(args.cards)]
+    t0, rows = time.time(), []
+    pool = cc.make_pool(args.jobs) if args.jobs > 1 else None
+    out = open(args.out, "w") if args.out else None
+    try:
+        for row in (pool.imap_unordered(one_card, jobs, chunksize=1) if pool
+                    else map(one_card, jobs)):
+            rows.append(row)
+            if out:
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+            if len(rows) % 10 == 0 or len(rows) == args.cards:
+                print(f"{len(rows)}/{args.cards} cards", file=sys.stderr, flush=True)
+    finally:
+        if pool:
+            pool.terminate()
+        if out:
+            out.close()
+    what = "drawn over card_coverage's ranges" if truth is None else \
+        "N50 {:g}, slope {:g}, tau {:g}, failure rate {:g}".format(*truth)
+    print(f"{args.cards} synthetic cards, seed {args.seed}, {what}; at most "
+          f"{args.max_batches} batches, searched on to a spread of {args.floor:g}")
+    print(table(sorted(rows, key=lambda r: r["index"]), args.floor))
+    cpu = [r["cpu_s"] for r in rows]
+    print(f"CPU per card: median {np.median(cpu):.1f} s; {time.time() - t0:.0f} s wall over "
+          f"{args.jobs} job(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
