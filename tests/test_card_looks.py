@@ -66,3 +66,11 @@ def test_a_bad_floor_is_one_line_naming_it():
     assert res.returncode == 2
     assert "--floor 1.5 is not allowed: a spread in (1, 1.3]" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_a_widened_rule_stretches_the_interval_about_n50_on_the_log_scale():
+    assert card_looks.widened({"n50": 2.0, "lo": 1.0, "hi": 4.0}, 2.0) == pytest.approx((0.5, 8.0))
+    rows = [{"truth": {"n50": 0.7}, "looks": [{"runs": 4, "status": "measured", "spread": 1.2,
+                                               "n50": 2.0, "lo": 1.0, "hi": 4.0}]}]
+    assert card_looks.evaluate(rows, 1.3, 1)["covered"] == 0
+    assert card_looks.evaluate(rows, 1.3, 1, 2.0)["covered"] == 1
