@@ -153,11 +153,35 @@ def test_a_card_that_never_recalls_says_so_within_the_protocol():
 
 def test_a_capacity_below_two_facts_is_an_upper_bound_that_says_why():
     """N50 = 1.6: the runs at N_f = 2 recall, under half the queries above the guess, and no
-    smaller cell exists; the card is a bound on the upper side, the stop names N_f = 2."""
-    res = card_search.measure(BASE, run_cell=runner(1.6, 1.3, 0.0, 0.0), say=lambda s: None)
+    smaller cell exists; after 3 batches there the card is a bound on the upper side, the
+    stop names N_f = 2."""
+    run_cell = runner(1.6, 1.3, 0.0, 0.0)
+    res = card_search.measure(BASE, run_cell=run_cell, say=lambda s: None)
     assert res.card["status"] == "bound" and res.card["n50"]["bound"] == "upper"
-    assert "N50 lies below N_f = 2" in res.stopped
+    assert "N50 lies below N_f = 2" in res.stopped and "median run of 6" in res.stopped
     assert "is at the guess level" not in res.stopped
+    assert sum(nf == 2 for call in run_cell.calls for nf, _ in call) == 6
+
+
+def test_one_failure_at_two_facts_does_not_end_the_card():
+    """N50 = 2.5: every cell above N_f = 2 is under q = 1/2, and a failed run at N_f = 2
+    pulls the median of its two runs under too; the search runs N_f = 2 again instead of
+    saying N50 lies below it, and brackets N50 there."""
+    inner = runner(2.5, 1.3, 0.1, 0.0)
+    failed = []
+
+    def run_cell(cfgs):
+        recs = inner(cfgs)
+        for r in recs:
+            if r["config"]["task"]["num_facts"] == 2 and not failed:
+                failed.append(r)
+                r["correct"] = r["total"] // 2  # at the guess level of N_f = 2
+        return recs
+
+    res = card_search.measure(BASE, run_cell=run_cell, say=lambda s: None, max_step=4.0)
+    assert failed, "the search never reached N_f = 2"
+    assert "below N_f = 2" not in res.stopped and res.card["criteria"]["bracketed"]
+    assert sum(nf == 2 for call in inner.calls for nf, _ in call) > 2
 
 
 def test_a_bound_is_never_printed_as_a_measurement(tmp_path):

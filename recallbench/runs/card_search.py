@@ -16,8 +16,9 @@ not candidates): bracket, then replicate near N50.
 
 It stops when the card is measured, when the next batch's predicted work exceeds the work
 budget left (the first batch: refused), after ``max_batches``, when every run of a batch
-failed, or at the wall ``time_limit_s`` (the batch in training not stored; the same command
-resumes from the store).  The budget counts tokens trained, so a verdict does not depend on
+failed, when N50 lies below N_f = 2 (its median run under q = 1/2 after
+:data:`FLOOR_BATCHES` batches there), or at the wall ``time_limit_s`` (the batch in training
+not stored; the same command resumes from the store).  The budget counts tokens trained, so a verdict does not depend on
 the machine, and a rerun replays the same cells.
 """
 from __future__ import annotations
@@ -53,6 +54,8 @@ DEFAULT_WORK_MTOK = 300.0
 #: the allowed work budget (Mtok)
 WORK_RANGE = (1.0, 1e6)
 FIRST_Q, ABOVE_Q, BELOW_Q = 0.7, 0.35, 0.65
+#: batches at N_f = 2 whose median run must stay under q = 1/2 before N50 is said to lie below
+FLOOR_BATCHES = 3
 Q_RANGE = (0.1, 0.9)
 
 
@@ -357,8 +360,12 @@ def _next(card, step, top, cost, runs, left) -> tuple[int | None, str]:
     if nf is not None and nf < MIN_FACTS:
         if card["status"] == "no recall":
             return None, "no N_f left below: the smallest N_f is at the guess level"
+        at = [r for r in ok if r["num_facts"] == MIN_FACTS]
+        if len(at) < FLOOR_BATCHES * runs:  # a failure can sink the median of a few runs
+            return MIN_FACTS, (f"N_f = {MIN_FACTS}, the smallest, again: {len(at)} run(s) "
+                               f"there, {FLOOR_BATCHES * runs} before N50 is said to lie below")
         return None, (f"N50 lies below N_f = {MIN_FACTS}, the smallest N_f whose guess level "
-                      "is under 1: no smaller cell can bracket it")
+                      f"is under 1: its median run of {len(at)} is under q = 1/2")
     if nf is not None and nf > top:
         return None, (f"the capacity is beyond V/2 - 1 = {top} keys: rerun with a larger "
                       "--vocab-size")
