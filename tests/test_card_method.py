@@ -9,7 +9,7 @@ from scipy import special
 
 from recallbench.api.canonical import config_hash
 from recallbench.law import run_card, run_card_render, runfit, theory
-from recallbench.runs import card_search
+from recallbench.runs import card_lr, card_search
 
 BASE = {"task": {"name": "mqar", "vocab_size": 512},
         "model": {"adapter": "linear-mamba", "d_model": 32, "d_state": 8},
@@ -274,8 +274,8 @@ def test_lr_edge_needs_most_runs_that_learned():
     runs = [{"lr": 0.03, "accuracy": 0.5, "kind": "observed"}] * 3 + \
            [{"lr": 0.01, "accuracy": 0.5, "kind": "observed"}] * 2 + \
            [{"lr": 0.03, "accuracy": 0.01, "kind": run_card.KINDS[1]}] * 5
-    assert card_search.lr_edge(runs, [0.003, 0.01, 0.03]) == (0.03, 3, 5)
-    assert card_search.lr_edge(runs[1:], [0.003, 0.01, 0.03]) is None  # 2 of 4: not most
-    assert card_search.lr_edge(runs, 0.01) is None  # no grid
-    assert card_search.widened([0.003, 0.01, 0.03], 0.003, [0.003, 0.01, 0.03]) == \
+    assert card_lr.lr_edge(runs, [0.003, 0.01, 0.03]) == (0.03, 3, 5)
+    assert card_lr.lr_edge(runs[1:], [0.003, 0.01, 0.03]) is None  # 2 of 4: not most
+    assert card_lr.lr_edge(runs, 0.01) is None  # no grid
+    assert card_lr.widened([0.003, 0.01, 0.03], 0.003, [0.003, 0.01, 0.03]) == \
         [0.001, 0.003, 0.01, 0.03]

@@ -35,6 +35,7 @@ from recallbench.api.canonical import config_hash
 from recallbench.api.errors import ConfigError
 from recallbench.law import run_card, runfit, theory
 from recallbench.runs.budget import BudgetSpent, Limit
+from recallbench.runs.card_lr import lr_edge, widened
 from recallbench.runs.capacity import MIN_FACTS, TRAIN as METHOD_1_TRAIN, cell_config, n_eff_prior
 
 #: a run's seed: s + SEED_STRIDE·j + CELL_STRIDE·N_f (s a card seed below SEED_STRIDE, j
@@ -216,8 +217,8 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
     unstored, and the search, unfinished.  A first batch whose nominal work alone exceeds
     the budget is refused (ConfigError) before anything trains.  Every run of a batch
     failed: ``failed``.  When most runs choose the grid's largest (or smallest) learning
-    rate (:func:`lr_edge`) it says so, and with ``widen`` the later batches search one more
-    rate beyond that edge (:func:`widened`), once per side."""
+    rate (``card_lr.lr_edge``) it says so, and with ``widen`` the later batches search one
+    more rate beyond that edge (``card_lr.widened``), once per side."""
     d, vocab = int(base["model"]["d_model"]), int(base["task"]["vocab_size"])
     top = vocab // 2 - 1
     budget = float(work_budget) * 1e6
@@ -311,38 +312,6 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
         if nf is None:
             return stop(why)
     return stop(f"{max_batches} batches")
-
-
-#: the share of the runs that learned which must choose one end of the grid to call it the
-#: edge (:func:`lr_edge`), and the fewest such runs
-EDGE_SHARE, EDGE_RUNS = 0.5, 4
-#: how far beyond its edge a grid is widened: one more rate, this factor out
-WIDEN = 3.0
-
-
-def lr_edge(runs: Sequence[Mapping], lrs) -> tuple[float, int, int] | None:
-    """(the end of the grid ``lrs``, runs that chose it, runs that learned) when more than
-    :data:`EDGE_SHARE` of a card's runs (``card["runs"]``) that left the guess level (at
-    least :data:`EDGE_RUNS`) chose its largest or its smallest rate; else None."""
-    if not isinstance(lrs, list) or len(lrs) < 2:
-        return None
-    learned = [r for r in runs if r.get("lr") is not None and r.get("accuracy") is not None
-               and r.get("kind") != run_card.KINDS[1]]
-    for end in (max(lrs), min(lrs)):
-        n = sum(math.isclose(float(r["lr"]), end, rel_tol=1e-9) for r in learned)
-        if len(learned) >= EDGE_RUNS and n > EDGE_SHARE * len(learned):
-            return end, n, len(learned)
-    return None
-
-
-def widened(lrs: Sequence[float], edge: float, first: Sequence[float]) -> list[float] | None:
-    """``lrs`` with one more rate :data:`WIDEN` times beyond ``edge``, its end; None when
-    that rate would lie more than one step beyond ``first``, the grid the search started
-    with (each side is widened once)."""
-    new = float(f"{edge * WIDEN:.3g}") if edge == max(lrs) else float(f"{edge / WIDEN:.3g}")
-    if not min(first) / WIDEN / 1.01 <= new <= max(first) * WIDEN * 1.01:
-        return None
-    return sorted({*map(float, lrs), new})
 
 
 def _next(card, step, top, cost, runs, left) -> tuple[int | None, str]:
