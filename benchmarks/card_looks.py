@@ -39,10 +39,12 @@ import numpy as np  # noqa: E402
 import card_coverage as cc  # noqa: E402
 import synthetic_cards as synth  # noqa: E402
 
+#: the card rule's largest spread of a measured card (1.3)
+SPREAD = cc.measured_rule()[0]
 #: the rules tabled: (largest spread, looks in a row, widening)
-RULES = ((1.3, 1, 1.0), (1.3, 2, 1.0), (1.3, 3, 1.0), (1.28, 1, 1.0), (1.26, 1, 1.0),
+RULES = ((SPREAD, 1, 1.0), (SPREAD, 2, 1.0), (SPREAD, 3, 1.0), (1.28, 1, 1.0), (1.26, 1, 1.0),
          (1.25, 1, 1.0), (1.24, 1, 1.0), (1.22, 1, 1.0), (1.2, 1, 1.0),
-         (1.3 ** (1 / 1.1), 1, 1.1), (1.3 ** (1 / 1.15), 1, 1.15), (1.3 ** (1 / 1.2), 1, 1.2))
+         *((SPREAD ** (1 / w), 1, w) for w in (1.1, 1.15, 1.2)))
 FIELDS = ("runs", "status", "n50", "lo", "hi", "spread", "bracketed", "observed")
 
 
@@ -75,14 +77,12 @@ def _looking(looks: list, floor: float):
 
 def one_card(job) -> dict:
     index, seed, fixed, max_batches, work_budget, floor = job
-    from recallbench.runs import card_search
     rng = np.random.default_rng([seed, index])
     truth = synth.sample_truth(rng) if fixed is None else synth.Truth(*fixed)
     looks: list = []
     t0 = time.process_time()
-    with _looking(looks, floor):
-        card_search.measure(cc.BASE, seeds=cc.SEEDS, run_cell=synth.runner(truth, rng),
-                            say=lambda s: None, max_batches=max_batches, work_budget=work_budget)
+    with _looking(looks, floor):  # card_coverage's own search call, watched
+        cc.search_card(truth, rng, work_budget, max_batches=max_batches)
     return {"index": index, "truth": truth.to_dict(), "cpu_s": time.process_time() - t0,
             "looks": [dict(zip(FIELDS, look)) for look in looks]}
 
@@ -127,7 +127,7 @@ def table(rows: list[dict], floor: float) -> str:
         name = f"{spread:<6.4g} {k:<3d}" + (f" widened {w:g}" if w != 1.0 else "")
         lines.append(f"{name:<24} {e['measured']:>5} of {e['cards']:<4} "
                      f"{e['covered']:>9} {e['coverage']:>7.3f} ± {e['se']:.3f} {e['runs']:>5.0f}")
-    for what, pick in (("at the rule as it is", lambda r: stop_at(r["looks"], 1.3, 1)),
+    for what, pick in (("at the rule as it is", lambda r: stop_at(r["looks"], SPREAD, 1)),
                        ("at the last look", lambda r: r["looks"][-1])):
         got = [(r["truth"]["n50"], pick(r)) for r in rows]
         got = [(t, s) for t, s in got if s and s["n50"] and s["lo"] and s["hi"]]

@@ -18,8 +18,8 @@ It stops when the card is measured, when the next batch's predicted work exceeds
 budget left (the first batch: refused), after ``max_batches``, when every run of a batch
 failed, when N50 lies below N_f = 2 (its median run under q = 1/2 after
 :data:`FLOOR_BATCHES` batches there), or at the wall ``time_limit_s`` (the batch in training
-not stored; the same command resumes from the store).  The budget counts tokens trained, so a verdict does not depend on
-the machine, and a rerun replays the same cells.
+not stored; the same command resumes from the store).  The budget counts tokens trained,
+so a verdict does not depend on the machine, and a rerun replays the same cells.
 """
 from __future__ import annotations
 
