@@ -5,22 +5,23 @@
     python benchmarks/card_looks.py --from looks.jsonl       # the table again, nothing run
 
 The card search stops at the first batch after which its card is measured (a cell's median
-run on each side of q = 1/2, 8 uncensored runs, the 95% N50 interval within a factor 1.3:
-``recallbench.law.run_card``), so it may favour an interval that happens to be narrow.
-Here each card of ``benchmarks/card_coverage.py`` (the same truth and the same draws for a
-``--seed`` and index) is searched on past that batch, until its interval spans at most
-``--floor`` or the batch limit; the card after every batch (a look) is kept.  Up to the
-first measured look the search is the card search itself, so the rule as it is ("spread
-1.3, 1 look" below) makes the card ``card_coverage.py`` makes.
+run on each side of q = 1/2, 8 uncensored runs, the card's 95% N50 interval within a
+factor 1.3: ``recallbench.law.run_card``), so it may favour an interval that happens to be
+narrow; the card therefore stretches the fit's interval ``run_card.WIDEN``-fold.  Here each
+card of ``benchmarks/card_coverage.py`` (the same truth and the same draws for a ``--seed``
+and index) is searched on past that batch, until the fit's interval spans at most
+``--floor`` or the batch limit; the fit after every batch (a look) is kept.  Up to the
+card's stop the search is the card search itself, so the card's rule ("widened 1.15"
+below) makes the card ``card_coverage.py`` makes.
 
-Printed per rule (stop at the first look that is measured with its interval within a
-spread s, k looks in a row; report that look's 95% interval, or with "widened w" that
-interval stretched w-fold about N50 on the log scale and s = 1.3^(1/w), so that the
-widened one spans at most 1.3): cards measured within the batch limit, how many of them
-cover the true N50 (± its binomial standard error), and the median runs at the stop.  A
-rule with s below ``--floor`` is not evaluated.  Then, at the rule as it is and at the last
-look, the SD of ln(N50 / truth) over the cards against the interval's own (the mean
-half-width of ln N50 over 1.96), and the coverage there.
+Printed per rule (stop at the first look with a cell's median run on each side of 1/2, 8
+uncensored runs and the fit's interval within a spread s, k looks in a row; report that
+interval, or with "widened w" that interval stretched w-fold about N50 on the log scale
+and s = 1.3^(1/w), so that the widened one spans at most 1.3): cards measured within the
+batch limit, how many of them cover the true N50 (± its binomial standard error), and the
+median runs at the stop.  A rule with s below ``--floor`` is not evaluated.  Then, at the
+card's rule and at the last look, the SD of ln(N50 / truth) over the cards against the
+interval's own (the mean half-width of ln N50 over 1.96), and the coverage there.
 """
 from __future__ import annotations
 
@@ -39,19 +40,36 @@ import numpy as np  # noqa: E402
 import card_coverage as cc  # noqa: E402
 import synthetic_cards as synth  # noqa: E402
 
-#: the card rule's largest spread of a measured card (1.3)
-SPREAD = cc.measured_rule()[0]
+#: the card rule's largest spread of a measured card (1.3), fewest uncensored runs (8)
+SPREAD, MIN_OBSERVED = cc.measured_rule()
+#: the card's widening of the fit's interval
+WIDEN = cc.widening()
 #: the rules tabled: (largest spread, looks in a row, widening)
 RULES = ((SPREAD, 1, 1.0), (SPREAD, 2, 1.0), (SPREAD, 3, 1.0), (1.28, 1, 1.0), (1.26, 1, 1.0),
          (1.25, 1, 1.0), (1.24, 1, 1.0), (1.22, 1, 1.0), (1.2, 1, 1.0),
          *((SPREAD ** (1 / w), 1, w) for w in (1.1, 1.15, 1.2)))
-FIELDS = ("runs", "status", "n50", "lo", "hi", "spread", "bracketed", "observed")
+FIELDS = ("runs", "status", "n50", "lo", "hi", "spread", "bracketed", "observed", "tau", "slope",
+          "test_sd")
+
+
+def _test_sd(runs: list[dict]) -> float | None:
+    """The RMS test noise of a card's uncensored runs on the probit scale."""
+    from recallbench.law import runfit
+
+    ok = [r for r in runs if r.get("accuracy") is not None]
+    if not ok:
+        return None
+    kind, _, v = runfit.classify(*(np.array([r[k] for r in ok], float)
+                                   for k in ("correct", "total", "units", "guess")),
+                                 np.array([not r["converged"] for r in ok]))
+    return float(math.sqrt(np.mean(v[kind == 0]))) if (kind == 0).any() else None
 
 
 @contextlib.contextmanager
 def _looking(looks: list, floor: float):
-    """Within: the search's card after each batch appended to ``looks``; a measured card
-    whose spread is above ``floor`` is handed back to the search as a bound."""
+    """Within: the fit of the search's card after each batch appended to ``looks``; a
+    measured card whose fit's interval spans more than ``floor`` is handed back to the
+    search as a bound."""
     from recallbench.law import run_card
     from recallbench.runs import card_search
 
@@ -59,12 +77,15 @@ def _looking(looks: list, floor: float):
 
     def spy(records, **kw):
         card = build(records, **kw)
-        ci = (card.get("n50") or {}).get("ci") or [None, None]
+        n50 = card.get("n50") or {}
+        ci = n50.get("fit_ci", n50.get("ci")) or [None, None]
         crit = card.get("criteria") or {}
-        spread = crit.get("spread")
+        spread = ci[1] / ci[0] if ci[0] and ci[1] else None
+        fit = card.get("fit") or {}
         looks.append([len(card["runs"]), card.get("status"), (card.get("n50") or {}).get("value"),
-                      ci[0], ci[1], spread, crit.get("bracketed"), crit.get("observed_runs")])
-        if card.get("status") == "measured" and spread is not None and spread > floor:
+                      ci[0], ci[1], spread, crit.get("bracketed"), crit.get("observed_runs"),
+                      fit.get("tau"), fit.get("slope"), _test_sd(card["runs"])])
+        if card.get("status") == "measured" and (spread is None or spread > floor):
             card = {**card, "status": "bound"}
         return card
 
@@ -88,11 +109,12 @@ def one_card(job) -> dict:
 
 
 def stop_at(looks: list[dict], spread: float, k: int) -> dict | None:
-    """The first look ending k looks in a row that are measured within ``spread``."""
+    """The first look ending k looks in a row that are bracketed, with enough uncensored
+    runs, and whose fit's interval spans at most ``spread``."""
     run = 0
     for look in looks:
-        ok = look["status"] == "measured" and look["spread"] is not None \
-            and look["spread"] <= spread
+        ok = bool(look["bracketed"]) and (look["observed"] or 0) >= MIN_OBSERVED \
+            and look["spread"] is not None and look["spread"] <= spread
         run = run + 1 if ok else 0
         if run >= k:
             return look
@@ -127,18 +149,21 @@ def table(rows: list[dict], floor: float) -> str:
         name = f"{spread:<6.4g} {k:<3d}" + (f" widened {w:g}" if w != 1.0 else "")
         lines.append(f"{name:<24} {e['measured']:>5} of {e['cards']:<4} "
                      f"{e['covered']:>9} {e['coverage']:>7.3f} ± {e['se']:.3f} {e['runs']:>5.0f}")
-    for what, pick in (("at the rule as it is", lambda r: stop_at(r["looks"], SPREAD, 1)),
-                       ("at the last look", lambda r: r["looks"][-1])):
+    card_rule = SPREAD ** (1 / WIDEN)
+    for what, pick, w in (("at the card's rule", lambda r: stop_at(r["looks"], card_rule, 1), WIDEN),
+                          ("at the last look", lambda r: r["looks"][-1], 1.0)):
         got = [(r["truth"]["n50"], pick(r)) for r in rows]
         got = [(t, s) for t, s in got if s and s["n50"] and s["lo"] and s["hi"]]
         if not got:
             continue
+        ends = [widened(s, w) for _, s in got]
         err = np.log([s["n50"] / t for t, s in got])
-        own = np.mean([math.log(s["hi"] / s["lo"]) / 2 / 1.96 for _, s in got])
-        cover = np.mean([s["lo"] <= t <= s["hi"] for t, s in got])
-        lines.append(f"{what}: {len(got)} cards, median {np.median([s['runs'] for _, s in got]):.0f}"
-                     f" runs; SD of ln(N50/truth) {err.std(ddof=1):.3f} (mean {err.mean():+.3f}) "
-                     f"against the interval's {own:.3f}; coverage {cover:.3f}")
+        own = np.mean([math.log(hi / lo) / 2 / 1.96 for lo, hi in ends])
+        cover = np.mean([lo <= t <= hi for (t, _), (lo, hi) in zip(got, ends)])
+        lines.append(f"{what} (widened {w:g}): {len(got)} cards, median "
+                     f"{np.median([s['runs'] for _, s in got]):.0f} runs; SD of ln(N50/truth) "
+                     f"{err.std(ddof=1):.3f} (mean {err.mean():+.3f}) against the interval's "
+                     f"{own:.3f}; coverage {cover:.3f}")
     return "\n".join(lines)
 
 

@@ -1,5 +1,5 @@
 """benchmarks/card_looks.py: every look of a synthetic card, and stopping rules read from
-them; the rule as it is must make the card the card search makes."""
+them; the card's rule must make the card the card search makes."""
 import subprocess
 import sys
 from pathlib import Path
@@ -17,16 +17,18 @@ QUIET = (12.0, 1.5, 0.1, 0.0)  # a truth whose cards are measured within a few b
 
 
 @pytest.mark.parametrize("index", [0, 1, 2])
-def test_the_rule_as_it_is_stops_where_the_card_search_stops(index):
-    """Searched on past its first measured look, a card's first look within 1.3 is the
-    card the search itself makes from the same draws: same runs, same interval."""
+def test_the_cards_rule_stops_where_the_card_search_stops(index):
+    """Searched on past its first measured look, a card's first look whose fit's interval,
+    widened as the card widens it, spans at most 1.3 is the card the search itself makes
+    from the same draws: same runs, same interval."""
+    w = card_looks.WIDEN
     row = card_looks.one_card((index, 3, QUIET, 24, 300.0, 1.2))
-    stop = card_looks.stop_at(row["looks"], 1.3, 1)
+    stop = card_looks.stop_at(row["looks"], 1.3 ** (1 / w), 1)
     own = card_coverage.one_card((index, 3, False, 300.0, 0.0, False, QUIET, 24))
     assert own["status"] == "measured" and stop is not None
     assert stop["runs"] == own["runs"]
-    assert stop["lo"] == pytest.approx(own["lo"], rel=1e-9)
-    assert stop["hi"] == pytest.approx(own["hi"], rel=1e-9)
+    lo, hi = card_looks.widened(stop, w)
+    assert lo == pytest.approx(own["lo"], rel=1e-9) and hi == pytest.approx(own["hi"], rel=1e-9)
     # and it went on: a later look is narrower, down to the floor or the batch limit
     assert row["looks"][-1]["runs"] > stop["runs"] or stop["spread"] <= 1.2
 
@@ -35,21 +37,29 @@ def test_a_card_the_search_leaves_a_bound_has_no_stop_within_the_same_limits():
     truth = (20.0, 1.3, 0.2, 0.0)  # seed 3, card 0: the 300 Mtok run out at 18 runs
     own = card_coverage.one_card((0, 3, False, 300.0, 0.0, False, truth, 24))
     row = card_looks.one_card((0, 3, truth, 24, 300.0, 1.2))
-    assert own["status"] == "bound" and card_looks.stop_at(row["looks"], 1.3, 1) is None
+    rule = 1.3 ** (1 / card_looks.WIDEN)
+    assert own["status"] == "bound" and card_looks.stop_at(row["looks"], rule, 1) is None
     assert row["looks"][-1]["runs"] == own["runs"]
 
 
-def look(runs, spread, status="measured", lo=1.0, hi=2.0):
-    return {"runs": runs, "status": status, "spread": spread, "lo": lo, "hi": hi}
+def look(runs, spread, status="measured", lo=1.0, hi=2.0, observed=8):
+    """A look; "bound" here means its cells do not bracket N50."""
+    return {"runs": runs, "status": status, "spread": spread, "lo": lo, "hi": hi,
+            "bracketed": status == "measured", "observed": observed}
 
 
 def test_a_rule_stops_at_the_first_run_of_k_looks_within_its_spread():
-    looks = [look(2, None, "bound"), look(4, 1.29), look(6, 1.31, "bound"), look(8, 1.27),
+    looks = [look(2, None, "bound"), look(4, 1.29), look(6, 1.31), look(8, 1.27),
              look(10, 1.25), look(12, 1.24)]
     assert card_looks.stop_at(looks, 1.3, 1)["runs"] == 4
     assert card_looks.stop_at(looks, 1.3, 2)["runs"] == 10  # 1.31 broke the first run
     assert card_looks.stop_at(looks, 1.25, 1)["runs"] == 10
     assert card_looks.stop_at(looks, 1.2, 1) is None
+
+
+def test_a_look_short_of_uncensored_runs_or_unbracketed_is_no_stop():
+    looks = [look(4, 1.1, observed=7), look(6, 1.1, "bound"), look(8, 1.1)]
+    assert card_looks.stop_at(looks, 1.3, 1)["runs"] == 8
 
 
 def test_coverage_counts_the_stops_that_cover_the_truth():
@@ -70,7 +80,6 @@ def test_a_bad_floor_is_one_line_naming_it():
 
 def test_a_widened_rule_stretches_the_interval_about_n50_on_the_log_scale():
     assert card_looks.widened({"n50": 2.0, "lo": 1.0, "hi": 4.0}, 2.0) == pytest.approx((0.5, 8.0))
-    rows = [{"truth": {"n50": 0.7}, "looks": [{"runs": 4, "status": "measured", "spread": 1.2,
-                                               "n50": 2.0, "lo": 1.0, "hi": 4.0}]}]
+    rows = [{"truth": {"n50": 0.7}, "looks": [{**look(4, 1.2, lo=1.0, hi=4.0), "n50": 2.0}]}]
     assert card_looks.evaluate(rows, 1.3, 1)["covered"] == 0
     assert card_looks.evaluate(rows, 1.3, 1, 2.0)["covered"] == 1

@@ -135,6 +135,37 @@ def test_the_search_measures_a_known_card_and_replays_it():
     assert len(ours) == 2 * 254 * 99 and not ours & theirs
 
 
+def test_the_card_widens_the_fits_interval_and_measures_the_widened_one():
+    """The card's interval is the fit's stretched WIDEN-fold about N50 in ln N_f, and the
+    1.3 of a measured card applies to that one: cards whose fit alone spans under 1.3 are
+    bounds until the widened interval does (fails under an unwidened rule)."""
+    w, top = run_card.WIDEN, run_card.MAX_SPREAD
+    assert w > 1.0
+    rng = np.random.default_rng(5)
+    seen, runs = [], [[] for _ in range(5)]
+    while not seen or seen[-1][1] != "measured":
+        assert len(runs[0]) < 60, seen
+        for i, c in enumerate(draws(20.0, 1.3, 0.4, 0.0, [12, 16, 20, 25, 32], 1, rng)):
+            runs[i] += list(c)
+        nf, k, n, u, g = (np.array(c) for c in runs)
+        records = [{"status": "ok", "correct": int(k[i]), "total": int(n[i]), "converged": True,
+                    "stop_reason": "plateau", "state_size": 512, "seed": i, "steps": 2000,
+                    "config": {**BASE, "task": {**BASE["task"], "num_facts": int(nf[i]),
+                                                "seq_len": 4 * int(nf[i])},
+                               "train": {**BASE["train"], "seed": i}}} for i in range(len(nf))]
+        card = run_card.build_run_card(records)
+        f = runfit.fit_runs(nf, k, n, u, g)
+        if not 0 < f.n50_ci[0] < f.n50_ci[1] < math.inf:
+            continue
+        (lo, hi), e = card["n50"]["ci"], math.log(f.n50)
+        assert card["n50"]["fit_ci"] == pytest.approx(list(f.n50_ci))
+        assert math.log(hi) - e == pytest.approx(w * (math.log(f.n50_ci[1]) - e))
+        assert e - math.log(lo) == pytest.approx(w * (e - math.log(f.n50_ci[0])))
+        assert (card["status"] == "measured") == (hi / lo <= top)
+        seen.append((f.n50_ci[1] / f.n50_ci[0], card["status"]))
+    assert any(top ** (1 / w) < s <= top and st == "bound" for s, st in seen), seen
+
+
 def test_the_work_budget_stops_the_search_before_a_batch_it_cannot_pay():
     """A budget in tokens: nothing trains past it, and the card says why it stopped."""
     res = card_search.measure(BASE, run_cell=runner(40.0, 1.6, 0.6, 0.05), work_budget=60,

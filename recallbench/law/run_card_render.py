@@ -86,9 +86,16 @@ def cite(card: Mapping, version: str | None = None) -> str:
     if ratio.get("value") is not None and card.get("status") == "measured":
         what += f", S_eff/S = {num(ratio['value'])} {interval(ratio['ci'])}"
     return (f"{layer_name(card)} on MQAR V={card['task'].get('vocab_size')}, L = 4·N_f: {what} "
-            f"({card.get('status')}; 95% profile interval over {len(card.get('runs') or [])} "
-            f"runs; {num(card.get('work_mtok'))} of {num(card.get('work_budget_mtok'))} Mtok; "
+            f"({card.get('status')}; 95% {_kind_of_interval(n50)} over "
+            f"{len(card.get('runs') or [])} runs; {num(card.get('work_mtok'))} of {num(card.get('work_budget_mtok'))} Mtok; "
             f"card method 2, recallbench {version})")
+
+
+def _kind_of_interval(n50: Mapping) -> str:
+    """How the card's N50 interval was made: the fit's profile interval, widened for the
+    search's stop where the card says so."""
+    w = n50.get("widening")
+    return f"profile interval widened {w:g}-fold" if w and w != 1 else "profile interval"
 
 
 def _runs_table(card: Mapping) -> list[str]:
@@ -118,6 +125,7 @@ def render_markdown(card: Mapping, figure: str | None = None, version: str | Non
               f"| S_eff / S | {_value(card.get('ratio'), (card.get('n50') or {}).get('bound'))} |",
               f"| N50 per kbit of state | {_value(card.get('n50_per_kbit'), (card.get('n50') or {}).get('bound'))} |",
               f"| b·S / Fano minimum at N50 | {num(card.get('fano_ratio'))} |",
+              f"| the fit's own N50 interval (before the widening) | {interval((card.get('n50') or {}).get('fit_ci'))} |",
               f"| fitted slope in ln N_f (the law's at N50) | {num(fit.get('slope'))} ({num(law.get('slope_at_n50'))}) |",
               f"| run-to-run SD (probit) | {num(fit.get('tau'))} |",
               f"| optimisation failures (fitted rate) | {num(fit.get('failure_rate'))} |",

@@ -56,6 +56,7 @@ class RunFit:
     failure_rate: float  # λ
     n_runs: int
     n_observed: int  # runs neither censored nor failed: the n of the threshold
+    test_sd: float  # RMS test noise of the uncensored runs on the probit scale (0: none)
     threshold: float
     nll: float
     bracketed: bool  # a cell's median run above q = 1/2 and another's below
@@ -154,6 +155,7 @@ def fit_runs(num_facts, correct, total, units, guess, capped=False,
     f = lambda p: _nll(p, x, kind, z, v)  # noqa: E731
     best = _minimize(f, _start(x, kind, z), BOUNDS)
     n_obs = int(np.sum(kind == 0))
+    test_sd = math.sqrt(float(np.mean(v[kind == 0]))) if n_obs else 0.0
     medians = [float(np.median(z[nf == c])) for c in np.unique(nf)]
     bracketed = bool(max(medians) > 0 > min(medians))
     dof = n_obs - 3
@@ -173,7 +175,8 @@ def fit_runs(num_facts, correct, total, units, guess, capped=False,
     ci = (0.0 if lo <= lo_b + 1e-9 else math.exp(lo), math.inf if hi >= hi_b - 1e-9 else math.exp(hi))
     return RunFit(n50=math.exp(ell), n50_ci=ci, slope=math.exp(best.x[1]), tau=math.exp(best.x[2]),
                   failure_rate=float(best.x[3]), n_runs=int(nf.size), n_observed=n_obs,
-                  threshold=thr, nll=float(best.fun), bracketed=bracketed, level=level)
+                  test_sd=test_sd, threshold=thr, nll=float(best.fun), bracketed=bracketed,
+                  level=level)
 
 
 def _interval(prof, ell, f_hat, thr, lo_b, hi_b, memo, x0):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 from recallbench.law.card_render import estimate, num
-from recallbench.law.run_card import MAX_SPREAD, MIN_OBSERVED
+from recallbench.law.run_card import MAX_SPREAD, MIN_OBSERVED, WIDEN
 from recallbench.law.run_card_render import draw, headline, shape_text
 from recallbench.leaderboard.capacity.board import (APART, BOUND, GROWS, MEASURED, NO_RECALL,
                                                     _ci, _cpu_min, _html_table, _md_table, _state,
@@ -49,7 +49,8 @@ HOW_TO_READ = (
     "A card is **measured** when one cell's median run lies above half the queries above "
     f"the guess and another's below, at least {MIN_OBSERVED} runs are uncensored (neither at "
     "the guess, at the ceiling, nor cut by the step cap), and the N50 interval spans at most "
-    f"a factor {MAX_SPREAD}. Otherwise it is a **bound**, with why: N50 ≥ a value when every "
+    f"a factor {MAX_SPREAD}; that interval is the fit's stretched {WIDEN:g}-fold about N50 "
+    "(on the log scale), since the search stops at the first narrow one. Otherwise it is a **bound**, with why: N50 ≥ a value when every "
     "cell lies above half (the capacity may lie beyond them), ≤ a value when every cell lies "
     "below, unresolved in [a, b] when the cells bracket it but its interval is too wide; "
     "never shown as a measurement. **No recall** means no run rose above its guess level: "
