@@ -8,7 +8,7 @@ import pytest
 from scipy import special
 
 from recallbench.api.canonical import config_hash
-from recallbench.law import run_card, run_card_render, runfit, theory
+from recallbench.law import card_render, run_card, run_card_render, runfit, theory
 from recallbench.runs import card_lr, card_search
 
 BASE = {"task": {"name": "mqar", "vocab_size": 512},
@@ -226,6 +226,9 @@ def test_a_bound_is_never_printed_as_a_measurement(tmp_path):
     assert "BOUND" in line and card["why"][:20] in line
     md = run_card_render.render_markdown(card, "card.png")
     assert "Cite as" in md and "one-parameter law" in md
+    # the interval says how it was made, and the fit's own stands beside it
+    assert f"profile interval widened {run_card.WIDEN:g}-fold" in md
+    assert f"before the widening) | {card_render.interval(card['n50']['fit_ci'])} |" in md
     assert run_card_render.draw(card, tmp_path / "c.png").stat().st_size > 1000
 
 
