@@ -40,8 +40,8 @@ CARD_SCHEMA = "recallbench.card/2"
 MAX_SPREAD = 1.3  # the N50 interval: upper / lower at most this
 MIN_OBSERVED = 8  # uncensored runs the line needs at least
 #: the card's N50 interval is the fit's stretched this much about N50 in ln N_f: the search
-#: stops at its first interval within MAX_SPREAD, which selects narrow ones (the fit's own
-#: interval covers 89-92% at stop on noisy, shallow cards; benchmarks/card_looks.py)
+#: stops at its first interval within MAX_SPREAD, which selects narrow ones; calibrated on
+#: synthetic cards (benchmarks/card_looks.py)
 WIDEN = 1.15
 KINDS = ("observed", "at the guess", "at the ceiling", "cut by the cap")
 

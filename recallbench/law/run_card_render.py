@@ -87,7 +87,8 @@ def cite(card: Mapping, version: str | None = None) -> str:
         what += f", S_eff/S = {num(ratio['value'])} {interval(ratio['ci'])}"
     return (f"{layer_name(card)} on MQAR V={card['task'].get('vocab_size')}, L = 4·N_f: {what} "
             f"({card.get('status')}; 95% {_kind_of_interval(n50)} over "
-            f"{len(card.get('runs') or [])} runs; {num(card.get('work_mtok'))} of {num(card.get('work_budget_mtok'))} Mtok; "
+            f"{len(card.get('runs') or [])} runs; {num(card.get('work_mtok'))} of "
+            f"{num(card.get('work_budget_mtok'))} Mtok; "
             f"card method 2, recallbench {version})")
 
 
