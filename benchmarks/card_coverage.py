@@ -197,9 +197,22 @@ def run_cards(cards: int, seed: int = 0, fit_only: bool = False, jobs: int = 1,
     return sorted(rows, key=lambda r: r["index"])
 
 
-def _progress(done: int, cards: int) -> None:
-    if done % 50 == 0 or done == cards:
-        print(f"{done}/{cards} cards", file=sys.stderr, flush=True)
+class Progress:
+    """``progress(done, cards)``: a line on stderr at most every ``every`` seconds and at the
+    end, with the wall time so far and an estimate of what is left at the rate so far."""
+
+    def __init__(self, every: float = 30.0):
+        self.t0, self.last, self.every = time.time(), time.time(), every
+
+    def __call__(self, done: int, cards: int) -> None:
+        now = time.time()
+        if done < cards and now - self.last < self.every:
+            return
+        self.last, spent = now, now - self.t0
+        left = spent / done * (cards - done) if done else math.nan
+        print(f"{done}/{cards} cards, {spent:.0f} s" + (f", about {left:.0f} s left"
+                                                         if done < cards else ""),
+              file=sys.stderr, flush=True)
 
 
 def coverage(rows) -> tuple[float, float, int]:
@@ -296,7 +309,7 @@ def main(argv=None) -> int:
         p.error(f"--seed-share {args.seed_share:g} is not allowed: a share in [0, 1)")
     t0 = time.time()
     rows = run_cards(args.cards, args.seed, args.fit_only, args.jobs, args.work_budget,
-                     progress=_progress, seed_share=args.seed_share, shared=args.shared_seeds,
+                     progress=Progress(), seed_share=args.seed_share, shared=args.shared_seeds,
                      truth=truth, max_batches=args.max_batches)
     wall = time.time() - t0
     what = "fixed design (4 cells x 2 runs), runfit.fit_runs" if args.fit_only \

@@ -195,7 +195,7 @@ def main(argv=None) -> int:
         p.error(f"--floor {args.floor:g} is not allowed: a spread in (1, 1.3]")
     jobs = [(i, args.seed, truth, args.max_batches, args.work_budget, args.floor)
             for i in range(args.cards)]
-    t0, rows = time.time(), []
+    t0, rows, progress = time.time(), [], cc.Progress()
     pool = cc.make_pool(args.jobs) if args.jobs > 1 else None
     out = open(args.out, "w") if args.out else None
     try:
@@ -205,8 +205,7 @@ def main(argv=None) -> int:
             if out:
                 out.write(json.dumps(row) + "\n")
                 out.flush()
-            if len(rows) % 10 == 0 or len(rows) == args.cards:
-                print(f"{len(rows)}/{args.cards} cards", file=sys.stderr, flush=True)
+            progress(len(rows), args.cards)
     finally:
         if pool:
             pool.terminate()

@@ -236,3 +236,14 @@ def test_the_seed_analysis_finds_a_shared_seed_s_effect_and_nothing_to_test_with
         assert (dfb, dfw) == (29, 60) and stats.f.sf(f, dfb, dfw) < 1e-3
         n0 = 3
         assert (f - 1) / (f - 1 + n0) == pytest.approx(0.5, abs=0.25)
+
+
+def test_progress_says_what_is_left_at_the_rate_so_far(capsys, monkeypatch):
+    clock = iter([100.0, 100.0, 130.0, 131.0, 190.0])
+    monkeypatch.setattr(card_coverage.time, "time", lambda: next(clock))
+    p = card_coverage.Progress(every=30.0)
+    p(1, 4)  # 30 s for one card: three more take about 90 s
+    p(2, 4)  # 1 s after the last line: quiet
+    p(4, 4)  # the end is always said
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["1/4 cards, 30 s, about 90 s left", "4/4 cards, 90 s"]
