@@ -52,19 +52,6 @@ FIELDS = ("runs", "status", "n50", "lo", "hi", "spread", "bracketed", "observed"
           "test_sd")
 
 
-def _test_sd(runs: list[dict]) -> float | None:
-    """The RMS test noise of a card's uncensored runs on the probit scale."""
-    from recallbench.law import runfit
-
-    ok = [r for r in runs if r.get("accuracy") is not None]
-    if not ok:
-        return None
-    kind, _, v = runfit.classify(*(np.array([r[k] for r in ok], float)
-                                   for k in ("correct", "total", "units", "guess")),
-                                 np.array([not r["converged"] for r in ok]))
-    return float(math.sqrt(np.mean(v[kind == 0]))) if (kind == 0).any() else None
-
-
 @contextlib.contextmanager
 def _looking(looks: list, floor: float):
     """Within: the fit of the search's card after each batch appended to ``looks``; a
@@ -82,9 +69,9 @@ def _looking(looks: list, floor: float):
         crit = card.get("criteria") or {}
         spread = ci[1] / ci[0] if ci[0] and ci[1] else None
         fit = card.get("fit") or {}
-        looks.append([len(card["runs"]), card.get("status"), (card.get("n50") or {}).get("value"),
-                      ci[0], ci[1], spread, crit.get("bracketed"), crit.get("observed_runs"),
-                      fit.get("tau"), fit.get("slope"), _test_sd(card["runs"])])
+        looks.append([len(card["runs"]), card.get("status"), n50.get("value"), ci[0], ci[1],
+                      spread, crit.get("bracketed"), crit.get("observed_runs"), fit.get("tau"),
+                      fit.get("slope"), fit.get("test_sd")])
         if card.get("status") == "measured" and (spread is None or spread > floor):
             card = {**card, "status": "bound"}
         return card
@@ -122,9 +109,11 @@ def stop_at(looks: list[dict], spread: float, k: int) -> dict | None:
 
 
 def widened(look: dict, w: float) -> tuple[float, float]:
-    """A look's interval stretched ``w``-fold about its N50 on the log scale."""
-    e = math.log(look["n50"])
-    return math.exp(e - w * (e - math.log(look["lo"]))), math.exp(e + w * (math.log(look["hi"]) - e))
+    """A look's interval stretched ``w``-fold about its N50 on the log scale, as the card
+    stretches the fit's (``run_card.widened``)."""
+    from recallbench.law import run_card
+
+    return run_card.widened(look["n50"], (look["lo"], look["hi"]), w)
 
 
 def evaluate(rows: list[dict], spread: float, k: int, w: float = 1.0) -> dict:
