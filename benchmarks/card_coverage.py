@@ -99,16 +99,6 @@ def measured_rule() -> tuple[float, int]:
     return run_card.MAX_SPREAD, run_card.MIN_OBSERVED
 
 
-def widening() -> float:
-    """How far the card stretches the fit's N50 interval (``run_card.WIDEN``; 1 where that
-    module is absent)."""
-    try:
-        from recallbench.law import run_card
-    except ImportError:
-        return 1.0
-    return float(getattr(run_card, "WIDEN", 1.0))
-
-
 def fit_only_card(truth, rng, shared=False) -> dict:
     from recallbench.runs.card_search import run_seed
     run_cell = synth.runner(truth, rng, shared)

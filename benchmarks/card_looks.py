@@ -40,10 +40,12 @@ import numpy as np  # noqa: E402
 import card_coverage as cc  # noqa: E402
 import synthetic_cards as synth  # noqa: E402
 
+from recallbench.law import run_card  # noqa: E402
+
 #: the card rule's largest spread of a measured card (1.3), fewest uncensored runs (8)
 SPREAD, MIN_OBSERVED = cc.measured_rule()
 #: the card's widening of the fit's interval
-WIDEN = cc.widening()
+WIDEN = run_card.WIDEN
 #: the rules tabled: (largest spread, looks in a row, widening)
 RULES = ((SPREAD, 1, 1.0), (SPREAD, 2, 1.0), (SPREAD, 3, 1.0), (1.28, 1, 1.0), (1.26, 1, 1.0),
          (1.25, 1, 1.0), (1.24, 1, 1.0), (1.22, 1, 1.0), (1.2, 1, 1.0),
@@ -57,7 +59,6 @@ def _looking(looks: list, floor: float):
     """Within: the fit of the search's card after each batch appended to ``looks``; a
     measured card whose fit's interval spans more than ``floor`` is handed back to the
     search as a bound."""
-    from recallbench.law import run_card
     from recallbench.runs import card_search
 
     build = run_card.build_run_card
@@ -111,8 +112,6 @@ def stop_at(looks: list[dict], spread: float, k: int) -> dict | None:
 def widened(look: dict, w: float) -> tuple[float, float]:
     """A look's interval stretched ``w``-fold about its N50 on the log scale, as the card
     stretches the fit's (``run_card.widened``)."""
-    from recallbench.law import run_card
-
     return run_card.widened(look["n50"], (look["lo"], look["hi"]), w)
 
 
@@ -139,8 +138,8 @@ def table(rows: list[dict], floor: float) -> str:
         lines.append(f"{name:<24} {e['measured']:>5} of {e['cards']:<4} "
                      f"{e['covered']:>9} {e['coverage']:>7.3f} ± {e['se']:.3f} {e['runs']:>5.0f}")
     card_rule = SPREAD ** (1 / WIDEN)
-    for what, pick, w in (("at the card's rule", lambda r: stop_at(r["looks"], card_rule, 1), WIDEN),
-                          ("at the last look", lambda r: r["looks"][-1], 1.0)):
+    for what, pick, w in (("at the card's rule", lambda r: stop_at(r["looks"], card_rule, 1),
+                           WIDEN), ("at the last look", lambda r: r["looks"][-1], 1.0)):
         got = [(r["truth"]["n50"], pick(r)) for r in rows]
         got = [(t, s) for t, s in got if s and s["n50"] and s["lo"] and s["hi"]]
         if not got:

@@ -311,5 +311,5 @@ def test_lr_edge_needs_most_runs_that_learned():
     assert card_lr.lr_edge(runs, [0.003, 0.01, 0.03]) == (0.03, 3, 5)
     assert card_lr.lr_edge(runs[1:], [0.003, 0.01, 0.03]) is None  # 2 of 4: not most
     assert card_lr.lr_edge(runs, 0.01) is None  # no grid
-    assert card_lr.widened([0.003, 0.01, 0.03], 0.003, [0.003, 0.01, 0.03]) == \
+    assert card_lr.wider_grid([0.003, 0.01, 0.03], 0.003, [0.003, 0.01, 0.03]) == \
         [0.001, 0.003, 0.01, 0.03]

@@ -1,7 +1,7 @@
 """The edge of a card's learning-rate grid: when most runs choose its end, one more rate.
 
     edge = lr_edge(card["runs"], [0.003, 0.01, 0.03])   # (0.03, 5, 8): 5 of 8 chose 0.03
-    widened([0.003, 0.01, 0.03], 0.03, first)            # [0.003, 0.01, 0.03, 0.09]
+    wider_grid([0.003, 0.01, 0.03], 0.03, first)         # [0.003, 0.01, 0.03, 0.09]
 
 A card's runs each choose their rate on validation (``harness.lr_halving``); a grid whose
 largest (or smallest) rate wins most runs may be cutting off better rates, so the card
@@ -18,7 +18,7 @@ from recallbench.law import run_card
 #: edge (:func:`lr_edge`), and the fewest such runs
 EDGE_SHARE, EDGE_RUNS = 0.5, 4
 #: how far beyond its edge a grid is widened: one more rate, this factor out
-WIDEN = 3.0
+GRID_STEP = 3.0
 
 
 def lr_edge(runs: Sequence[Mapping], lrs) -> tuple[float, int, int] | None:
@@ -36,11 +36,11 @@ def lr_edge(runs: Sequence[Mapping], lrs) -> tuple[float, int, int] | None:
     return None
 
 
-def widened(lrs: Sequence[float], edge: float, first: Sequence[float]) -> list[float] | None:
-    """``lrs`` with one more rate :data:`WIDEN` times beyond ``edge``, its end; None when
+def wider_grid(lrs: Sequence[float], edge: float, first: Sequence[float]) -> list[float] | None:
+    """``lrs`` with one more rate :data:`GRID_STEP` times beyond ``edge``, its end; None when
     that rate would lie more than one step beyond ``first``, the grid the search started
     with (each side is widened once)."""
-    new = float(f"{edge * WIDEN:.3g}") if edge == max(lrs) else float(f"{edge / WIDEN:.3g}")
-    if not min(first) / WIDEN / 1.01 <= new <= max(first) * WIDEN * 1.01:
+    new = float(f"{edge * GRID_STEP:.3g}") if edge == max(lrs) else float(f"{edge / GRID_STEP:.3g}")
+    if not min(first) / GRID_STEP / 1.01 <= new <= max(first) * GRID_STEP * 1.01:
         return None
     return sorted({*map(float, lrs), new})

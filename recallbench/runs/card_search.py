@@ -35,7 +35,7 @@ from recallbench.api.canonical import config_hash
 from recallbench.api.errors import ConfigError
 from recallbench.law import run_card, runfit, theory
 from recallbench.runs.budget import BudgetSpent, Limit
-from recallbench.runs.card_lr import lr_edge, widened
+from recallbench.runs.card_lr import lr_edge, wider_grid
 from recallbench.runs.capacity import MIN_FACTS, TRAIN as METHOD_1_TRAIN, cell_config, n_eff_prior
 
 #: a run's seed: s + SEED_STRIDE·j + CELL_STRIDE·N_f (s a card seed below SEED_STRIDE, j
@@ -218,7 +218,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
     the budget is refused (ConfigError) before anything trains.  Every run of a batch
     failed: ``failed``.  When most runs choose the grid's largest (or smallest) learning
     rate (``card_lr.lr_edge``) it says so, and with ``widen`` the later batches search one
-    more rate beyond that edge (``card_lr.widened``), once per side."""
+    more rate beyond that edge (``card_lr.wider_grid``), once per side."""
     d, vocab = int(base["model"]["d_model"]), int(base["task"]["vocab_size"])
     top = vocab // 2 - 1
     budget = float(work_budget) * 1e6
@@ -293,7 +293,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
         edge = lr_edge(card["runs"], train.get("lr"))
         if edge is not None and edge[0] != said:
             said = edge[0]
-            wider = widened(train["lr"], edge[0], first_lrs) if widen else None
+            wider = wider_grid(train["lr"], edge[0], first_lrs) if widen else None
             say(f"capacity: the chosen learning rate sits at the edge of the grid ({edge[0]:g} "
                 f"in {edge[1]} of {edge[2]} runs that learned)" + (
                     f": the batches that follow search {', '.join(f'{x:g}' for x in wider)}"
