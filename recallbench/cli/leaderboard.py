@@ -58,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="a capacity suite: stop (exit 2, nothing trained) when the store holds "
                         "runs of its cards made by other adapter source than the one here; by "
                         "default they are reused, with one warning line per run")
+    p.add_argument("--from-submission", metavar="FILE",
+                   help="a method-2 capacity suite: first put the runs of this submission "
+                        "(the adapter's, checked as validate checks it) into --store, so the "
+                        "search trains only what its cards still lack")
     p.add_argument("--time-budget", type=float, metavar="SECONDS",
                    help="start a point on a free worker only while the time left of this many "
                         "seconds holds the longest a point has taken so far (the first always "
@@ -145,6 +149,9 @@ def _check_run_flags(args) -> None:
         raise ConfigError(f"--workers {args.workers}: must be >= 1")
     if args.address is not None and args.executor != "ray":
         raise ConfigError("--address is for --executor ray")
+    if args.from_submission is not None and args.dry_run:
+        raise ConfigError("--from-submission with --dry-run is not allowed: --dry-run writes "
+                          "nothing; import the runs first (without --dry-run)")
     if args.shape is not None and args.set:
         raise ConfigError("--shape with --set is not allowed: a shape's settings are the ones "
                           "that keep each budget's S")
@@ -190,6 +197,9 @@ def _run(args) -> int:
     if suite.is_capacity:
         return _run_capacity(args, suite, extra)
     _shape(args, suite)  # a grid suite: --shape is refused
+    if args.from_submission is not None:
+        raise ConfigError(f"--from-submission is for a method-2 capacity suite; {suite.name} "
+                          "is a grid suite")
     if args.budget:
         raise ConfigError(f"--budget is for a capacity suite; {suite.name} is a grid suite "
                           "(its points run together)")
@@ -265,6 +275,8 @@ def _run_capacity(args, suite, extra) -> int:
                             log=lambda m: print(m, flush=True), budgets=args.budget,
                             shape=shape)
         return 0
+    if args.from_submission is not None:
+        _import(args, suite, shape)
     executor = None
     if args.executor == "ray":  # one connection for every card; a card's runs are its tasks
         from recallbench.runs.executors import make_executor
@@ -291,6 +303,17 @@ def _run_capacity(args, suite, extra) -> int:
           + (f"budgets left: {', '.join(rest)}, then `recallbench submit`)" if rest else
              "`recallbench submit` writes the submission)"))
     return 0
+
+
+def _import(args, suite, shape) -> None:
+    """--from-submission: the file's runs appended to --store (``capacity.resume``)."""
+    from recallbench.leaderboard.capacity.resume import checked, import_runs
+
+    sub = checked(args.from_submission, suite)
+    added, held = import_runs(sub, suite, args.adapter, args.store, shape)
+    print(f"from {args.from_submission}: {added} run(s) put into {args.store}"
+          + (f", {held} already there" if held else "") + "; the search trains only what "
+          "its cards still lack", flush=True)
 
 
 def _validate(args) -> int:
