@@ -46,19 +46,22 @@ from recallbench.law import run_card  # noqa: E402
 SPREAD, MIN_OBSERVED = cc.measured_rule()
 #: the card's widening of the fit's interval
 WIDEN = run_card.WIDEN
-#: the rules tabled: (largest spread, looks in a row, widening)
-RULES = ((SPREAD, 1, 1.0), (SPREAD, 2, 1.0), (SPREAD, 3, 1.0), (1.28, 1, 1.0), (1.26, 1, 1.0),
-         (1.25, 1, 1.0), (1.24, 1, 1.0), (1.22, 1, 1.0), (1.2, 1, 1.0),
-         *((SPREAD ** (1 / w), 1, w) for w in (1.1, 1.15, 1.2)))
+#: the rules tabled: (largest spread, looks in a row, widening, n_ref); n_ref > 0: the
+#: widening grows to w·sqrt(n_ref / n) while a look has n < n_ref uncensored runs
+RULES = ((SPREAD, 1, 1.0, 0), (SPREAD, 2, 1.0, 0), (SPREAD, 3, 1.0, 0), (1.28, 1, 1.0, 0),
+         (1.26, 1, 1.0, 0), (1.25, 1, 1.0, 0), (1.24, 1, 1.0, 0), (1.22, 1, 1.0, 0),
+         (1.2, 1, 1.0, 0), *((SPREAD ** (1 / w), 1, w, 0) for w in (1.1, 1.15, 1.2)),
+         (SPREAD ** (1 / WIDEN), 2, WIDEN, 0),
+         *((SPREAD ** (1 / WIDEN), 1, WIDEN, n) for n in (16, 24, 32, 48, 64)))
 FIELDS = ("runs", "status", "n50", "lo", "hi", "spread", "bracketed", "observed", "tau", "slope",
           "test_sd")
 
 
 @contextlib.contextmanager
-def _looking(looks: list, floor: float):
+def _looking(looks: list, floor: float, floor_runs: int = 0):
     """Within: the fit of the search's card after each batch appended to ``looks``; a
-    measured card whose fit's interval spans more than ``floor`` is handed back to the
-    search as a bound."""
+    measured card whose fit's interval spans more than ``floor``, or that has fewer than
+    ``floor_runs`` uncensored runs, is handed back to the search as a bound."""
     from recallbench.runs import card_search
 
     build = run_card.build_run_card
@@ -73,7 +76,8 @@ def _looking(looks: list, floor: float):
         looks.append([len(card["runs"]), card.get("status"), n50.get("value"), ci[0], ci[1],
                       spread, crit.get("bracketed"), crit.get("observed_runs"), fit.get("tau"),
                       fit.get("slope"), fit.get("test_sd")])
-        if card.get("status") == "measured" and (spread is None or spread > floor):
+        if card.get("status") == "measured" and (spread is None or spread > floor or (
+                crit.get("observed_runs") or 0) < floor_runs):
             card = {**card, "status": "bound"}
         return card
 
@@ -85,24 +89,33 @@ def _looking(looks: list, floor: float):
 
 
 def one_card(job) -> dict:
-    index, seed, fixed, max_batches, work_budget, floor = job
+    index, seed, fixed, max_batches, work_budget, floor, floor_runs = job
     rng = np.random.default_rng([seed, index])
     truth = synth.sample_truth(rng) if fixed is None else synth.Truth(*fixed)
     looks: list = []
     t0 = time.process_time()
-    with _looking(looks, floor):  # card_coverage's own search call, watched
+    with _looking(looks, floor, floor_runs):  # card_coverage's own search call, watched
         cc.search_card(truth, rng, work_budget, max_batches=max_batches)
     return {"index": index, "truth": truth.to_dict(), "cpu_s": time.process_time() - t0,
-            "looks": [dict(zip(FIELDS, look)) for look in looks]}
+            "floor_runs": floor_runs, "looks": [dict(zip(FIELDS, look)) for look in looks]}
 
 
-def stop_at(looks: list[dict], spread: float, k: int) -> dict | None:
+def growth(look: dict, n_ref: int) -> float:
+    """How much more a rule of ``n_ref`` widens at this look: sqrt(n_ref / n) while its n
+    uncensored runs are fewer than n_ref (the information fraction's square root), else 1."""
+    n = look["observed"] or 0
+    return math.sqrt(n_ref / n) if n_ref and 0 < n < n_ref else 1.0
+
+
+def stop_at(looks: list[dict], spread: float, k: int, n_ref: int = 0) -> dict | None:
     """The first look ending k looks in a row that are bracketed, with enough uncensored
-    runs, and whose fit's interval spans at most ``spread``."""
+    runs, and whose fit's interval spans at most ``spread`` (with ``n_ref``: at most
+    spread^(1/growth), so that the interval widened the more spans as much)."""
     run = 0
     for look in looks:
         ok = bool(look["bracketed"]) and (look["observed"] or 0) >= MIN_OBSERVED \
-            and look["spread"] is not None and look["spread"] <= spread
+            and look["spread"] is not None \
+            and look["spread"] <= spread ** (1 / growth(look, n_ref))
         run = run + 1 if ok else 0
         if run >= k:
             return look
@@ -115,28 +128,35 @@ def widened(look: dict, w: float) -> tuple[float, float]:
     return run_card.widened(look["n50"], (look["lo"], look["hi"]), w)
 
 
-def evaluate(rows: list[dict], spread: float, k: int, w: float = 1.0) -> dict:
-    stops = [(r["truth"]["n50"], stop_at(r["looks"], spread, k)) for r in rows]
+def evaluate(rows: list[dict], spread: float, k: int, w: float = 1.0, n_ref: int = 0) -> dict:
+    stops = [(r["truth"]["n50"], stop_at(r["looks"], spread, k, n_ref)) for r in rows]
     stops = [(t, s) for t, s in stops if s is not None]
     covered = sum(lo <= t <= hi for t, (lo, hi) in
-                  ((t, widened(s, w) if w != 1.0 else (s["lo"], s["hi"])) for t, s in stops))
+                  ((t, widened(s, w * growth(s, n_ref)) if w != 1.0 else (s["lo"], s["hi"]))
+                   for t, s in stops))
     n = len(stops)
     p = covered / n if n else math.nan
-    return {"rule": (spread, k, w), "cards": len(rows), "measured": n, "covered": covered,
+    return {"rule": (spread, k, w, n_ref), "cards": len(rows), "measured": n, "covered": covered,
             "coverage": p, "se": math.sqrt(p * (1 - p) / n) if n else math.nan,
-            "runs": float(np.median([s["runs"] for _, s in stops])) if n else math.nan}
+            "runs": float(np.median([s["runs"] for _, s in stops])) if n else math.nan,
+            "mean_runs": float(np.mean([s["runs"] for _, s in stops])) if n else math.nan}
 
 
 def table(rows: list[dict], floor: float) -> str:
-    lines = [f"{'rule: spread, looks':<24} {'measured':>12} {'covered':>9} "
-             f"{'coverage':>15} {'runs':>5}"]
-    for spread, k, w in RULES:
-        if spread < floor - 1e-9:
+    """The rules' rows (one a rule the looks can decide: its spread not below ``floor``,
+    its n_ref not above the runs every card was searched on to), then the error lines."""
+    floor_runs = min((r.get("floor_runs") or 0 for r in rows), default=0)
+    lines = [f"{'rule: spread, looks':<34} {'measured':>12} {'covered':>9} "
+             f"{'coverage':>15} {'runs':>5} {'mean':>6}"]
+    for spread, k, w, n_ref in RULES:
+        if spread < floor - 1e-9 or n_ref > floor_runs:
             continue
-        e = evaluate(rows, spread, k, w)
-        name = f"{spread:<6.4g} {k:<3d}" + (f" widened {w:g}" if w != 1.0 else "")
-        lines.append(f"{name:<24} {e['measured']:>5} of {e['cards']:<4} "
-                     f"{e['covered']:>9} {e['coverage']:>7.3f} ± {e['se']:.3f} {e['runs']:>5.0f}")
+        e = evaluate(rows, spread, k, w, n_ref)
+        name = f"{spread:<6.4g} {k:<3d}" + (f" widened {w:g}" if w != 1.0 else "") \
+            + (f", more below {n_ref} runs" if n_ref else "")
+        lines.append(f"{name:<34} {e['measured']:>5} of {e['cards']:<4} "
+                     f"{e['covered']:>9} {e['coverage']:>7.3f} ± {e['se']:.3f} {e['runs']:>5.0f}"
+                     f" {e['mean_runs']:>6.1f}")
     card_rule = SPREAD ** (1 / WIDEN)
     for what, pick, w in (("at the card's rule", lambda r: stop_at(r["looks"], card_rule, 1),
                            WIDEN), ("at the last look", lambda r: r["looks"][-1], 1.0)):
@@ -166,6 +186,9 @@ def main(argv=None) -> int:
     p.add_argument("--work-budget", type=float, default=1e5, help="Mtok per card")
     p.add_argument("--floor", type=float, default=1.2,
                    help="search on until the interval spans at most this (default 1.2)")
+    p.add_argument("--floor-runs", type=int, default=0,
+                   help="and until it has at least this many uncensored runs (default 0), "
+                        "so that rules widening more below that many can be decided")
     p.add_argument("--out", default=None, help="one JSON line per card, its looks")
     p.add_argument("--from", dest="source", default=None,
                    help="tabulate the cards of an earlier --out instead of running any")
@@ -181,7 +204,10 @@ def main(argv=None) -> int:
         p.error(f"--max-batches {args.max_batches} is not allowed: an integer in [1, 99]")
     if not 1.0 < args.floor <= 1.3:
         p.error(f"--floor {args.floor:g} is not allowed: a spread in (1, 1.3]")
-    jobs = [(i, args.seed, truth, args.max_batches, args.work_budget, args.floor)
+    if not 0 <= args.floor_runs <= 1000:
+        p.error(f"--floor-runs {args.floor_runs} is not allowed: an integer in [0, 1000]")
+    jobs = [(i, args.seed, truth, args.max_batches, args.work_budget, args.floor,
+             args.floor_runs)
             for i in range(args.cards)]
     t0, rows, progress = time.time(), [], cc.Progress()
     pool = cc.make_pool(args.jobs) if args.jobs > 1 else None
@@ -202,7 +228,8 @@ def main(argv=None) -> int:
     what = "drawn over card_coverage's ranges" if truth is None else \
         "N50 {:g}, slope {:g}, tau {:g}, failure rate {:g}".format(*truth)
     print(f"{args.cards} synthetic cards, seed {args.seed}, {what}; at most "
-          f"{args.max_batches} batches, searched on to a spread of {args.floor:g}")
+          f"{args.max_batches} batches, searched on to a spread of {args.floor:g}"
+          + (f" and {args.floor_runs} uncensored runs" if args.floor_runs else ""))
     print(table(sorted(rows, key=lambda r: r["index"]), args.floor))
     cpu = [r["cpu_s"] for r in rows]
     print(f"CPU per card: median {np.median(cpu):.1f} s; {time.time() - t0:.0f} s wall over "

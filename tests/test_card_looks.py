@@ -22,7 +22,7 @@ def test_the_cards_rule_stops_where_the_card_search_stops(index):
     widened as the card widens it, spans at most 1.3 is the card the search itself makes
     from the same draws: same runs, same interval."""
     w = card_looks.WIDEN
-    row = card_looks.one_card((index, 3, QUIET, 24, 300.0, 1.2))
+    row = card_looks.one_card((index, 3, QUIET, 24, 300.0, 1.2, 0))
     stop = card_looks.stop_at(row["looks"], 1.3 ** (1 / w), 1)
     own = card_coverage.one_card((index, 3, False, 300.0, 0.0, False, QUIET, 24))
     assert own["status"] == "measured" and stop is not None
@@ -36,7 +36,7 @@ def test_the_cards_rule_stops_where_the_card_search_stops(index):
 def test_a_card_the_search_leaves_a_bound_has_no_stop_within_the_same_limits():
     truth = (20.0, 1.3, 0.2, 0.0)  # seed 3, card 0: the 300 Mtok run out at 18 runs
     own = card_coverage.one_card((0, 3, False, 300.0, 0.0, False, truth, 24))
-    row = card_looks.one_card((0, 3, truth, 24, 300.0, 1.2))
+    row = card_looks.one_card((0, 3, truth, 24, 300.0, 1.2, 0))
     rule = 1.3 ** (1 / card_looks.WIDEN)
     assert own["status"] == "bound" and card_looks.stop_at(row["looks"], rule, 1) is None
     assert row["looks"][-1]["runs"] == own["runs"]
@@ -60,6 +60,26 @@ def test_a_rule_stops_at_the_first_run_of_k_looks_within_its_spread():
 def test_a_look_short_of_uncensored_runs_or_unbracketed_is_no_stop():
     looks = [look(4, 1.1, observed=7), look(6, 1.1, "bound"), look(8, 1.1)]
     assert card_looks.stop_at(looks, 1.3, 1)["runs"] == 8
+
+
+def test_below_n_ref_runs_a_rule_asks_for_a_narrower_fit_and_widens_it_more():
+    """n_ref 32: at 8 uncensored runs the widening grows twofold, so the fit must span at
+    most 1.3^(1/(1.15·2)); from 32 runs on it is the constant rule's."""
+    w, base = card_looks.WIDEN, 1.3 ** (1 / card_looks.WIDEN)
+    looks = [look(8, 1.2, observed=8), look(16, 1.15, observed=16), look(40, 1.25, observed=32)]
+    assert card_looks.stop_at(looks, base, 1)["runs"] == 8
+    assert card_looks.growth(looks[0], 32) == pytest.approx(2.0)
+    assert 1.3 ** (1 / (w * 2)) < 1.2  # so the first look is no stop under n_ref 32
+    assert 1.3 ** (1 / (w * 2 ** 0.5)) > 1.15  # and the second one is
+    assert card_looks.stop_at(looks, base, 1, 32)["runs"] == 16
+    assert card_looks.stop_at(looks[2:], base, 1, 32)["runs"] == 40
+    row = {"truth": {"n50": 2.1}, "looks": looks[1:2]}  # (1, 2) widened 1.15·√2 about N50
+    row["looks"][0].update(n50=1.4, lo=1.3, hi=1.5)
+    lo, hi = card_looks.widened(row["looks"][0], w * 2 ** 0.5)
+    assert lo < 1.3 and hi > 1.5 and not lo <= 2.1 <= hi
+    assert card_looks.evaluate([row], base, 1, w, 32)["covered"] == 0
+    row["truth"]["n50"] = (1.5 + hi) / 2  # beyond the fit's interval, inside the widened one
+    assert card_looks.evaluate([row], base, 1, w, 32)["covered"] == 1
 
 
 def test_coverage_counts_the_stops_that_cover_the_truth():
