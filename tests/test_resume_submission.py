@@ -108,3 +108,32 @@ def test_a_file_that_is_not_a_valid_submission_is_refused(board, tmp_path):
         resume.checked(bad, suite)
     with pytest.raises(ConfigError, match="not a method-2 capacity suite"):
         resume.checked(FILE, lb.load_suite("leaderboards/cpu-v3"))
+
+
+def test_a_reseeding_made_again_from_its_own_runs_trains_nothing(tmp_path, capsys):
+    """verify --reseed --from-reseeding: the board's linear-mamba re-seeding rebuilt into a
+    store makes the same document again (the same points and cards, the same seeds)."""
+    old = f"{SUITE}/reseeds/linear-mamba.yaml"
+    out = tmp_path / "again.yaml"
+    assert main(["leaderboard", "verify", FILE, "--reseed", "--store", str(tmp_path / "s"),
+                 "--from-reseeding", old, "--write", str(out)]) == 0
+    printed = capsys.readouterr().out
+    held = len((tmp_path / "s" / "results.jsonl").read_text().splitlines())
+    assert f"{held} run(s) put into" in printed and "reseed ok: 2 of 2" in printed
+    a, b = read_yaml_data(old, "re-seeding"), read_yaml_data(out, "re-seeding")
+    assert b["reseed_of"] == a["reseed_of"]
+    for x, y in zip(a["budgets"], b["budgets"], strict=True):
+        assert y["points"] == x["points"] and y["card"] == x["card"]
+
+
+def test_a_reseeding_is_refused_where_a_submission_goes_and_with_other_seeds(tmp_path, capsys):
+    old = f"{SUITE}/reseeds/linear-mamba.yaml"
+    code = main(["leaderboard", "verify", FILE, "--reseed", "--store", str(tmp_path / "s"),
+                 "--from-reseeding", FILE])
+    err = capsys.readouterr().err
+    assert code == 2 and "not a re-seeding (it has no reseed_of)" in err
+    code = main(["leaderboard", "verify", FILE, "--reseed", "--store", str(tmp_path / "s"),
+                 "--seeds", "4,5", "--from-reseeding", old])
+    err = capsys.readouterr().err
+    assert code == 2 and "made with seeds 2,3; leave --seeds out" in err
+    assert not (tmp_path / "s").exists()

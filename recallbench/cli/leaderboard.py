@@ -94,6 +94,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "the re-seeded runs go to (an interrupted re-seeding resumes from it)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="with --reseed: worker processes (default 1)")
+    p.add_argument("--from-reseeding", metavar="FILE",
+                   help="with --reseed: first put the runs of this earlier re-seeding of the "
+                        "model into --store (its seeds are the default --seeds), so only what "
+                        "the cards still lack is trained")
     p.add_argument("--write", metavar="FILE", help="with --reseed: also write the re-seeded "
                    "cards to FILE (not there yet), a re-seeding the board shows beside the "
                    "submission when FILE is <suite>/reseeds/NAME.yaml")
@@ -351,7 +355,7 @@ def _verify(args) -> int:
     if entry.error:
         raise ConfigError(entry.error)
     suite = lb.load_suite(find_suite_for(entry.path))
-    if args.reseed or args.seeds or args.store or args.write:
+    if args.reseed or args.seeds or args.store or args.write or args.from_reseeding:
         return leaderboard_reseed.reseed_command(args, entry, suite)
     rows = lb.verify(entry.sub, suite, args.sample, seed=args.seed, device=args.device,
                      log=lambda m: print(m, flush=True))

@@ -44,7 +44,7 @@ def reseed_command(args, entry, suite) -> int:
     from recallbench.leaderboard.capacity.reseed import reseed
 
     if not args.reseed:
-        raise ConfigError("--seeds, --store and --write go with --reseed")
+        raise ConfigError("--seeds, --store, --write and --from-reseeding go with --reseed")
     if not args.store:
         raise ConfigError("--reseed needs --store DIR: the result store the re-seeded runs go "
                           "to (nothing trained is lost; a rerun resumes)")
@@ -64,6 +64,8 @@ def reseed_command(args, entry, suite) -> int:
         except ConfigError as exc:
             raise ConfigError(f"--write {exc}") from None
         check_writable(out, "--write")
+    if args.from_reseeding:
+        seeds = _import(args, entry.sub, suite, seeds)
     rows = reseed(entry.sub, suite, args.store, seeds=seeds, workers=args.workers,
                   log=lambda m: print(m, flush=True))
     if out is not None:
@@ -77,6 +79,26 @@ def reseed_command(args, entry, suite) -> int:
     print(f"reseed {'FAILED' if bad else 'ok'}: {len(rows) - len(bad)} of {len(rows)} card(s) "
           "agree with the submission's (N50 ranges overlap)")
     return 1 if bad else 0
+
+
+def _import(args, sub, suite, seeds):
+    """--from-reseeding: the earlier re-seeding's runs put into --store; the seeds to use
+    (its own, unless --seeds names the same ones)."""
+    from recallbench.leaderboard.capacity.resume import checked, import_runs
+
+    doc = checked(args.from_reseeding, suite, "--from-reseeding")
+    theirs = doc.get("reseed_of")
+    if not isinstance(theirs, dict):
+        raise ConfigError(f"--from-reseeding {args.from_reseeding}: not a re-seeding (it has "
+                          "no reseed_of); a submission's runs go in with `leaderboard run "
+                          "--from-submission`")
+    if seeds is not None and list(seeds) != theirs["seeds"]:
+        raise ConfigError(f"--seeds {','.join(map(str, seeds))}: the re-seeding was made with "
+                          f"seeds {','.join(map(str, theirs['seeds']))}; leave --seeds out")
+    added, held = import_runs(doc, suite, sub["model"]["adapter"], args.store)
+    print(f"from {args.from_reseeding}: {added} run(s) put into {args.store}"
+          + (f", {held} already there" if held else ""), flush=True)
+    return list(theirs["seeds"])
 
 
 def _seed_list(text: str) -> list[int]:

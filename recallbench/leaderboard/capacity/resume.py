@@ -16,6 +16,9 @@ same cells whatever the machine, so a resumed card is the card its runs make.
 
     sub = checked(path, suite)                 # ConfigError in one line if refused
     added, kept = import_runs(sub, suite, "mamba2", store)
+
+A re-seeding (``<suite>/reseeds/NAME.yaml``) holds its runs the same way: ``leaderboard
+verify FILE --reseed --from-reseeding OLD`` puts them into the re-seeding's store first.
 """
 from __future__ import annotations
 
@@ -30,19 +33,30 @@ POINT_FIELDS = ("best_step", "steps_to", "lr_search", "train_s", "wall_s", "cpu_
                 "stop_reason", "converged", "extended")
 
 
-def checked(path: str | Path, suite) -> dict:
+def checked(path: str | Path, suite, flag: str = "--from-submission") -> dict:
     """The submission at ``path`` once checked against ``suite`` as ``validate`` checks it,
-    less the cards; a ConfigError naming the file otherwise (also off a method-2 suite)."""
-    from recallbench.leaderboard.yaml_io import read_yaml_data
+    less the cards; a ConfigError naming ``flag`` and the file otherwise (also off a
+    method-2 suite).  A re-seeding (``reseed_of``) is checked against the suite with its
+    seeds, less the submission it names, which may be the one being made again."""
+    from recallbench.leaderboard.capacity.reseed import check_seeds
+    from recallbench.leaderboard.capacity.reseed_docs import reseeded_suite
     from recallbench.leaderboard.validate import check_submission
+    from recallbench.leaderboard.yaml_io import read_yaml_data
 
-    where = f"--from-submission {path}"
+    where = f"{flag} {path}"
     if not v2.is_v2(suite):
-        raise ConfigError(f"--from-submission: suite {suite.name} is not a method-2 capacity "
+        raise ConfigError(f"{flag}: suite {suite.name} is not a method-2 capacity "
                           "suite (capacity.method 2), whose submissions hold every run")
     if not Path(path).is_file():
         raise ConfigError(f"{where}: no such file")
     sub = read_yaml_data(Path(path), "submission")
+    rs = sub.get("reseed_of") if isinstance(sub, dict) else None
+    if isinstance(rs, dict):
+        seeds = rs.get("seeds")
+        if not (isinstance(seeds, list) and all(type(s) is int for s in seeds)):
+            raise ConfigError(f"{where}: reseed_of.seeds must be a list of integers")
+        check_seeds(seeds, suite, f"{where}: reseed_of.seeds")
+        suite = reseeded_suite(suite, seeds, rs)
     check_submission(sub, suite, where, check_scores=False)
     return sub
 
