@@ -58,7 +58,7 @@ import numpy as np
 from scipy import special
 
 from recallbench.api.canonical import config_hash
-from recallbench.law import scorer
+from recallbench.law import run_card, scorer
 from recallbench.runs.card_search import CELL_STRIDE  # a run's seed: s + 1000·j + 100000·N_f
 
 #: the candidates' learning rates, and how often each won on cpu-v3 (106, 74, 46 of 226)
@@ -75,8 +75,9 @@ CONCENTRATION = 50.0
 #: defaults of the resolved configs (recallbench.runs.capacity.TRAIN)
 TEST_SIZE, BATCH_SIZE = 1024, 32
 #: the ranges of :func:`sample_truth`
-RANGES = {"n50": (5.0, 60.0), "slope": (1.0, 1.9), "tau": (0.0, 0.7),
-          "failure_rate": (0.0, 0.1)}
+#: the truths' ranges; slope, tau and failure rate are the card's own SIMULATED, which a card
+#: whose fit lies outside them names
+RANGES = {"n50": (5.0, 60.0), **run_card.SIMULATED}
 D_MODEL, D_STATE = 32, 8
 
 

@@ -166,6 +166,27 @@ def test_the_card_widens_the_fits_interval_and_measures_the_widened_one():
     assert any(top ** (1 / w) < s <= top and st == "bound" for s, st in seen), seen
 
 
+def test_a_card_names_the_fitted_values_outside_the_simulated_shapes():
+    """Mamba-2's shallow, noisy shape (slope 0.72, run SD 0.47) is outside the slopes whose
+    coverage is simulated: the measured card names the slope, in card.md and its headline;
+    a card of slope 1.3 names nothing and says its fit is inside."""
+    shallow = card_search.measure(BASE, run_cell=runner(12.0, 0.72, 0.47, 0.0, seed=1),
+                                  work_budget=3000, max_batches=96, say=lambda s: None).card
+    assert shallow["status"] == "measured" and shallow["fit"]["slope"] < 1.0
+    assert shallow["simulated"]["outside"] == ["slope"]
+    assert shallow["simulated"]["slope"] == list(run_card.SIMULATED["slope"])
+    md = run_card_render.render_markdown(shallow)
+    assert "(coverage not simulated at its fit: slope 0." in run_card_render.headline(shallow)
+    assert "; coverage not simulated at its fit: slope 0." in run_card_render.cite(shallow)
+    assert "outside [1, 1.9] |" in md
+    inside = card_search.measure(BASE, run_cell=runner(20.0, 1.3, 0.15, 0.0),
+                                 say=lambda s: None).card
+    assert inside["status"] == "measured" and inside["simulated"]["outside"] == []
+    assert "coverage not simulated" not in run_card_render.headline(inside)
+    assert "| yes: slope in [1, 1.9], run SD in [0, 0.7], failure rate in [0, 0.1] |" in \
+        run_card_render.render_markdown(inside)
+
+
 def test_the_work_budget_stops_the_search_before_a_batch_it_cannot_pay():
     """A budget in tokens: nothing trains past it, and the card says why it stopped."""
     res = card_search.measure(BASE, run_cell=runner(40.0, 1.6, 0.6, 0.05), work_budget=60,

@@ -17,8 +17,9 @@ the fitted one.  **Measured** when a cell's median run lies on each side of q = 
 least :data:`MIN_OBSERVED` runs are uncensored, and the N50 interval spans at most
 :data:`MAX_SPREAD`: the fit's interval stretched :data:`WIDEN`-fold about N50 in ln N_f,
 since the search stops at the first narrow one (coverage at the stop is measured on
-synthetic cards: benchmarks/card_looks.py).  Else a **bound** on the side the cells leave
-open, or **no recall** when no run is above its guess.  The state's shape (the adapter's
+synthetic cards: benchmarks/card_looks.py); ``simulated`` names the fitted values that
+lie outside the shapes where that coverage is simulated.  Else a **bound** on the side the
+cells leave open, or **no recall** when no run is above its guess.  The state's shape (the adapter's
 ``state_shape()``, whose product is S) stands beside S; None when the adapter does not know
 it.
 """
@@ -43,6 +44,10 @@ MIN_OBSERVED = 8  # uncensored runs the line needs at least
 #: stops at its first interval within MAX_SPREAD, which selects narrow ones; calibrated on
 #: synthetic cards (benchmarks/card_looks.py)
 WIDEN = 1.15
+#: the fits over which the interval's coverage is simulated (benchmarks/card_coverage.py
+#: draws its truths here, from cpu-v3's trained cards): slope in ln N_f, run-to-run SD
+#: (probit), failure rate; a card whose fit lies outside says so
+SIMULATED = {"slope": (1.0, 1.9), "tau": (0.0, 0.7), "failure_rate": (0.0, 0.1)}
 KINDS = ("observed", "at the guess", "at the ceiling", "cut by the cap")
 
 
@@ -183,12 +188,19 @@ def build_run_card(records: Iterable[Mapping], *, delta: float = 0.01,
                           "max_spread": MAX_SPREAD, "min_observed": MIN_OBSERVED},
                 fit={"slope": f.slope, "tau": f.tau, "failure_rate": f.failure_rate,
                      "threshold": f.threshold, "runs": f.n_runs, "test_sd": f.test_sd},
+                simulated={**{k: list(v) for k, v in SIMULATED.items()},
+                           "outside": outside_simulated(f)},
                 n50={"value": f.n50, "ci": [lo, None if math.isinf(hi) else hi],
                      "bound": None if measured else _side(ok, f), "widening": WIDEN,
                      "fit_ci": [f.n50_ci[0], None if math.isinf(f.n50_ci[1]) else f.n50_ci[1]]})
     card.update(_derived(f.n50, (lo, hi), d, vocab, state, bits))
     card["law"] = _law_beside(ok, d, vocab, f.n50)
     return plain(card)
+
+
+def outside_simulated(fit) -> list[str]:
+    """The names of ``fit``'s values (slope, tau, failure_rate) outside :data:`SIMULATED`."""
+    return [k for k, (lo, hi) in SIMULATED.items() if not lo <= getattr(fit, k) <= hi]
 
 
 def widened(n50: float, ci: tuple[float, float], w: float = WIDEN) -> tuple[float, float]:

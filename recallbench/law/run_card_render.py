@@ -67,6 +67,8 @@ def headline(card: Mapping) -> str:
         text += " (no S_eff/S)"
     if status != "measured":
         text += f" — BOUND: {card.get('why')}"
+    elif outside_text(card):
+        text += f" ({outside_text(card)})"
     return text
 
 
@@ -85,11 +87,38 @@ def cite(card: Mapping, version: str | None = None) -> str:
             else f"N50 {_value(n50, n50.get('bound'))}")
     if ratio.get("value") is not None and card.get("status") == "measured":
         what += f", S_eff/S = {num(ratio['value'])} {interval(ratio['ci'])}"
+    off = outside_text(card)
+    what += f"; {off}" if off and card.get("status") == "measured" else ""
     return (f"{layer_name(card)} on MQAR V={card['task'].get('vocab_size')}, L = 4·N_f: {what} "
             f"({card.get('status')}; 95% {_kind_of_interval(n50)} over "
             f"{len(card.get('runs') or [])} runs; {num(card.get('work_mtok'))} of "
             f"{num(card.get('work_budget_mtok'))} Mtok; "
             f"card method 2, recallbench {version})")
+
+
+SIMULATED_NAMES = {"slope": "slope", "tau": "run SD", "failure_rate": "failure rate"}
+
+
+def outside_text(card: Mapping) -> str | None:
+    """Where the card's fit lies outside the shapes at which its interval's coverage is
+    simulated ("coverage not simulated at its fit: slope 0.72 outside [1, 1.9]"); None
+    when inside, or when the card has no fit."""
+    sim, fit = card.get("simulated") or {}, card.get("fit") or {}
+    out = [k for k in sim.get("outside") or [] if k in SIMULATED_NAMES]
+    if not out:
+        return None
+    return "coverage not simulated at its fit: " + ", ".join(
+        f"{SIMULATED_NAMES[k]} {num(fit.get(k))} outside [{sim[k][0]:g}, {sim[k][1]:g}]"
+        for k in out)
+
+
+def _simulated_row(card: Mapping) -> str:
+    sim = card.get("simulated")
+    if not sim:
+        return "–"
+    return outside_text(card) or ("yes: " + ", ".join(
+        f"{SIMULATED_NAMES[k]} in [{sim[k][0]:g}, {sim[k][1]:g}]" for k in SIMULATED_NAMES
+        if k in sim))
 
 
 def _kind_of_interval(n50: Mapping) -> str:
@@ -130,6 +159,7 @@ def render_markdown(card: Mapping, figure: str | None = None, version: str | Non
               f"| fitted slope in ln N_f (the law's at N50) | {num(fit.get('slope'))} ({num(law.get('slope_at_n50'))}) |",
               f"| run-to-run SD (probit) | {num(fit.get('tau'))} |",
               f"| optimisation failures (fitted rate) | {num(fit.get('failure_rate'))} |",
+              f"| the interval's coverage simulated at this fit | {_simulated_row(card)} |",
               f"| one-parameter law: S_eff, dispersion | {_value(law.get('s_eff'), None)}, {num(law.get('dispersion'))} |",
               f"| training work | {num(card.get('work_mtok'))} of {num(card.get('work_budget_mtok'))} Mtok |",
               f"| CPU time (this machine) | {num((card.get('cpu_s') or 0) / 60)} CPU-min |", ""]

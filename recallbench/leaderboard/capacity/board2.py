@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 from recallbench.law.card_render import estimate, num
-from recallbench.law.run_card import MAX_SPREAD, MIN_OBSERVED, WIDEN
+from recallbench.law.run_card import MAX_SPREAD, MIN_OBSERVED, SIMULATED, WIDEN
 from recallbench.law.run_card_render import draw, headline, shape_text
 from recallbench.leaderboard.capacity.board import (APART, BOUND, GROWS, MEASURED, NO_RECALL,
                                                     _ci, _cpu_min, _html_table, _md_table, _state,
@@ -45,6 +45,11 @@ RANKING_NOTE = (
     "budget whose interval lies entirely above its own (their lower end above its upper "
     "end); two cards whose intervals overlap can still differ in rank, when a third card's "
     "interval lies above one of them and not the other.")
+def _span(key: str) -> str:
+    lo, hi = SIMULATED[key]
+    return f"{lo:g}–{hi:g}"
+
+
 HOW_TO_READ = (
     "A card is **measured** when one cell's median run lies above half the queries above "
     f"the guess and another's below, at least {MIN_OBSERVED} runs are uncensored (neither at "
@@ -61,7 +66,11 @@ HOW_TO_READ = (
     "(batches): the card's runs, and its batches of one run per seed at one N_f; work: "
     "millions of tokens (Mtok) trained, every learning-rate candidate counted, of the "
     "suite's work budget; CPU min: the CPU time of the card's runs, on the machine they "
-    "name (CPU model, CPUs, torch threads), as the runs report it.")
+    "name (CPU model, CPUs, torch threads), as the runs report it. †: the card's fit lies "
+    "outside the shapes at which the interval's coverage is simulated (slope "
+    f"{_span('slope')} in ln N_f, run-to-run SD {_span('tau')} probit, failure rate "
+    f"{_span('failure_rate')}); its card names which (at a slope near 0.7 and a run SD near "
+    "0.5, measured cards covered in about 90%).")
 
 
 def _kind(card: Mapping, state) -> str:
@@ -109,7 +118,9 @@ def _batches(card: Mapping) -> int:
 def ranked_cells(r: Mapping) -> list[str]:
     """A ranked row's cells, in the order of :data:`HEAD`."""
     c = r["card"]
-    return [str(r["rank"]), r["model"], r["adapter"], state_text(r), estimate(c.get("n50")),
+    mark = " †" if (c.get("simulated") or {}).get("outside") else ""
+    return [str(r["rank"]), r["model"], r["adapter"], state_text(r),
+            estimate(c.get("n50")) + mark,
             estimate(c.get("n50_per_kbit")), estimate(c.get("ratio")),
             f"{len(c.get('runs') or [])} ({_batches(c)})", num(c.get("work_mtok")),
             _cpu_min(c), machine_text(c)]
