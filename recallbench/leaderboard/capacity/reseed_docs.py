@@ -150,6 +150,8 @@ def _n50(seeds: list[int], card: Mapping) -> str:
 
     n50, status = card.get("n50"), card.get("status")
     value = estimate(n50) if status == "measured" else bounded(n50, (n50 or {}).get("bound"))
+    value += " †" if status == "measured" and (card.get("simulated") or {}).get("outside") \
+        else ""
     return f"{', '.join(map(str, seeds))}: {value}" + ("" if status == "measured"
                                                        else f" ({status})")
 
