@@ -282,3 +282,34 @@ def test_a_search_by_halving_is_checked_at_its_deciding_rung(halved):
     mixed = [{k: v for k, v in search[0].items() if k != "rungs"}, *search[1:]]
     with pytest.raises(ConfigError, match="must be a mapping with exactly"):
         check_protocol_fields({**point, "lr_search": mixed}, "p")
+
+
+def test_a_candidate_that_stopped_on_its_own_before_the_last_rung_is_compared_there():
+    """A run of Mamba-2's D32-N8 card: no candidate left the guess by 1,000 steps, so all
+    three trained on to 2,000; lr 0.003 reached a plateau at 1,950 with the best validation
+    (0.21) and was kept, as the halving compares a finished candidate at its final value.
+    Its rival at 2,000 steps is refused."""
+    from recallbench.api.errors import ConfigError
+    from recallbench.leaderboard.protocol import check_lr
+
+    search = [
+        {"lr": 0.003, "val_accuracy": 0.2099609375, "steps": 1950, "converged": True,
+         "error": None, "rungs": [[500, 0.025634765625], [1000, 0.07177734375],
+                                  [1950, 0.2099609375]]},
+        {"lr": 0.01, "val_accuracy": 0.095947265625, "steps": 2000, "converged": False,
+         "error": None, "rungs": [[500, 0.04150390625], [1000, 0.08447265625],
+                                  [2000, 0.095947265625]]},
+        {"lr": 0.03, "val_accuracy": 0.1259765625, "steps": 2000, "converged": False,
+         "error": None, "rungs": [[500, 0.049072265625], [1000, 0.101318359375],
+                                  [2000, 0.1259765625]]}]
+    lrs = [0.003, 0.01, 0.03]
+    check_lr({"lr": 0.003, "lr_search": search, "converged": True}, lrs, "p")
+    with pytest.raises(ConfigError, match="best validation accuracy at the rung of 2000"):
+        check_lr({"lr": 0.03, "lr_search": search, "converged": False}, lrs, "p")
+    # stopped earlier still (950 steps), it stays final and compared at the last rung
+    early = [dict(search[0], steps=950, rungs=[[500, 0.0256], [950, 0.2099]]), *search[1:]]
+    check_lr({"lr": 0.003, "lr_search": early, "converged": True}, lrs, "p")
+    # but one that did not stop on its own (paused, not converged) is not final
+    paused = [dict(search[0], converged=False), *search[1:]]
+    with pytest.raises(ConfigError, match="best validation accuracy at the rung of 2000"):
+        check_lr({"lr": 0.003, "lr_search": paused, "converged": False}, lrs, "p")

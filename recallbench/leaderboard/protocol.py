@@ -81,7 +81,8 @@ def check_lr(p: Mapping, run_lr, where: str) -> None:
 def _halving_choice(p: Mapping, search: list, where: str) -> int:
     """The index of the kept candidate of a search by halving, checked: none of the
     candidates compared at the deciding rung (the last one two or more error-free
-    candidates reached) had a higher validation accuracy there."""
+    candidates reached, with those that stopped on their own before it at their final,
+    best-so-far validation) had a higher validation accuracy there."""
     kept = next((i for i, e in enumerate(search) if _close(e["lr"], p["lr"])), None)
     need(kept is not None, f"{where}: lr", f"{p['lr']:g} is not a candidate of lr_search")
     at: dict[int, dict[int, float]] = {}
@@ -91,10 +92,16 @@ def _halving_choice(p: Mapping, search: list, where: str) -> int:
                 at.setdefault(steps, {})[i] = acc
     shared = [s for s, accs in at.items() if len(accs) >= 2]
     if shared:
-        accs = at[max(shared)]
+        deciding = max(shared)
+        accs = dict(at[deciding])
+        for i, e in enumerate(search):  # stopped on its own before it: final, compared too
+            last = [(s, a) for s, a in (e["rungs"] if e["error"] is None else ())
+                    if a is not None]
+            if last and e.get("converged") and last[-1][0] < deciding:
+                accs.setdefault(i, last[-1][1])
         need(kept in accs and accs[kept] >= max(accs.values()), f"{where}: lr",
              f"{p['lr']:g} is not a candidate with the best validation accuracy at the "
-             f"rung of {max(shared)} steps where the search compared its candidates")
+             f"rung of {deciding} steps where the search compared its candidates")
     return kept
 
 
