@@ -69,8 +69,6 @@ def test_below_n_ref_runs_a_rule_asks_for_a_narrower_fit_and_widens_it_more():
     looks = [look(8, 1.2, observed=8), look(16, 1.15, observed=16), look(40, 1.25, observed=32)]
     assert card_looks.stop_at(looks, base, 1)["runs"] == 8
     assert card_looks.growth(looks[0], 32) == pytest.approx(2.0)
-    assert 1.3 ** (1 / (w * 2)) < 1.2  # so the first look is no stop under n_ref 32
-    assert 1.3 ** (1 / (w * 2 ** 0.5)) > 1.15  # and the second one is
     assert card_looks.stop_at(looks, base, 1, 32)["runs"] == 16
     assert card_looks.stop_at(looks[2:], base, 1, 32)["runs"] == 40
     row = {"truth": {"n50": 2.1}, "looks": looks[1:2]}  # (1, 2) widened 1.15·√2 about N50
