@@ -170,8 +170,14 @@ def test_a_card_names_the_fitted_values_outside_the_simulated_shapes():
     """Mamba-2's shallow, noisy shape (slope 0.72, run SD 0.47) is outside the slopes whose
     coverage is simulated: the measured card names the slope, in card.md and its headline;
     a card of slope 1.3 names nothing and says its fit is inside."""
-    shallow = card_search.measure(BASE, run_cell=runner(12.0, 0.72, 0.47, 0.0, seed=1),
-                                  work_budget=3000, max_batches=96, say=lambda s: None).card
+    rng = np.random.default_rng(1)
+    nf, k, n, _, _ = draws(12.0, 0.72, 0.47, 0.0, [6, 8, 10, 12, 15, 19, 24], 24, rng)
+    shallow = run_card.build_run_card([
+        {"status": "ok", "correct": int(k[i]), "total": int(n[i]), "converged": True,
+         "stop_reason": "plateau", "state_size": 512, "seed": i, "steps": 2000,
+         "config": {**BASE, "task": {**BASE["task"], "num_facts": int(nf[i]),
+                                     "seq_len": 4 * int(nf[i])},
+                    "train": {**BASE["train"], "seed": i}}} for i in range(len(nf))])
     assert shallow["status"] == "measured" and shallow["fit"]["slope"] < 1.0
     assert shallow["simulated"]["outside"] == ["slope"]
     assert shallow["simulated"]["slope"] == list(run_card.SIMULATED["slope"])
