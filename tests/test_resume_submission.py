@@ -28,8 +28,7 @@ def board():
 
 def test_the_runs_rebuilt_make_the_submission_again(board, tmp_path):
     suite, sub = board
-    added, held = resume.import_runs(resume.checked(FILE, suite), suite, "linear-mamba",
-                                     tmp_path / "s")
+    added, held = resume.import_runs(resume.checked(FILE, suite), "linear-mamba", tmp_path / "s")
     assert (added, held) == (sum(len(b["points"]) for b in sub["budgets"]), 0)
     records = read_store(tmp_path / "s").records
     assert all(r["imported_from"] == {"submission_sha256": sub["sha256"]} for r in records)
@@ -39,7 +38,7 @@ def test_the_runs_rebuilt_make_the_submission_again(board, tmp_path):
         assert new["points"] == old["points"]  # counts, lr searches, costs, in search order
         assert new["card"] == old["card"]  # replayed: the same cells make the same card
     # a second import adds nothing: the store holds every config hash already
-    assert resume.import_runs(sub, suite, "linear-mamba", tmp_path / "s") == (0, added)
+    assert resume.import_runs(sub, "linear-mamba", tmp_path / "s") == (0, added)
     assert len(read_store(tmp_path / "s").records) == added
 
 
@@ -47,7 +46,7 @@ def test_a_stricter_rule_asks_only_for_runs_the_file_lacks(board, tmp_path, monk
     """With MAX_SPREAD 1.2 the file's D32-N4 card is unfinished: the resumed search's first
     request is one new batch (a run per suite seed, none of the file's hashes)."""
     suite, sub = board
-    resume.import_runs(sub, suite, "linear-mamba", tmp_path / "s")
+    resume.import_runs(sub, "linear-mamba", tmp_path / "s")
     held = {r["config_hash"] for r in read_store(tmp_path / "s").records}
     asked = []
 

@@ -314,7 +314,7 @@ def _import(args, suite, shape) -> None:
     from recallbench.leaderboard.capacity.resume import checked, import_runs
 
     sub = checked(args.from_submission, suite)
-    added, held = import_runs(sub, suite, args.adapter, args.store, shape)
+    added, held = import_runs(sub, args.adapter, args.store, shape)
     print(f"from {args.from_submission}: {added} run(s) put into {args.store}"
           + (f", {held} already there" if held else "") + "; the search trains only what "
           "its cards still lack", flush=True)

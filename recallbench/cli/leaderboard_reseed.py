@@ -95,7 +95,7 @@ def _import(args, sub, suite, seeds):
     if seeds is not None and list(seeds) != theirs["seeds"]:
         raise ConfigError(f"--seeds {','.join(map(str, seeds))}: the re-seeding was made with "
                           f"seeds {','.join(map(str, theirs['seeds']))}; leave --seeds out")
-    added, held = import_runs(doc, suite, sub["model"]["adapter"], args.store)
+    added, held = import_runs(doc, sub["model"]["adapter"], args.store)
     print(f"from {args.from_reseeding}: {added} run(s) put into {args.store}"
           + (f", {held} already there" if held else ""), flush=True)
     return list(theirs["seeds"])

@@ -67,8 +67,8 @@ def headline(card: Mapping) -> str:
         text += " (no S_eff/S)"
     if status != "measured":
         text += f" — BOUND: {card.get('why')}"
-    elif outside_text(card):
-        text += f" ({outside_text(card)})"
+    elif off := outside_text(card):
+        text += f" ({off})"
     return text
 
 

@@ -15,7 +15,7 @@ version's rule a card may be unfinished: that is why one resumes).  The search r
 same cells whatever the machine, so a resumed card is the card its runs make.
 
     sub = checked(path, suite)                 # ConfigError in one line if refused
-    added, kept = import_runs(sub, suite, "mamba2", store)
+    added, kept = import_runs(sub, "mamba2", store)
 
 A re-seeding (``<suite>/reseeds/NAME.yaml``) holds its runs the same way: ``leaderboard
 verify FILE --reseed --from-reseeding OLD`` puts them into the re-seeding's store first.
@@ -85,7 +85,7 @@ def rebuilt(sub: Mapping[str, Any]) -> list[dict]:
     return out
 
 
-def import_runs(sub: Mapping[str, Any], suite, adapter: str, store: str | Path,
+def import_runs(sub: Mapping[str, Any], adapter: str, store: str | Path,
                 shape: Mapping | None = None) -> tuple[int, int]:
     """Append :func:`rebuilt` records to ``store`` (created if absent) but those whose config
     hash it holds; (added, already there).  Refused in one line when the file is another
