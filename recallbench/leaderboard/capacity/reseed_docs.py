@@ -55,12 +55,11 @@ def reseed_files(suite_dir: str | Path) -> list[Path]:
     return sorted(p for p in d.iterdir() if p.suffix in (".yaml", ".yml")) if d.is_dir() else []
 
 
-def check_document(doc, suite: Suite, subs: list[tuple[Path, Mapping]], where: str
-                   ) -> tuple[Path, Mapping]:
-    """(file, submission) that ``doc`` re-seeds, after checking it (module doc)."""
+def check_reseed_of(doc, suite: Suite, where: str) -> Mapping:
+    """``doc``'s ``reseed_of`` once checked against ``suite`` (its keys, both seed lists),
+    less the submission it names; a ConfigError starting with ``where`` otherwise."""
     from recallbench.leaderboard.capacity import method2
     from recallbench.leaderboard.capacity.reseed import check_seeds
-    from recallbench.leaderboard.validate import check_submission
 
     need(isinstance(doc, dict) and isinstance(doc.get("reseed_of"), dict), where,
          "not a re-seeding: it needs reseed_of {submission_sha256, submission_seeds, seeds} "
@@ -78,6 +77,15 @@ def check_document(doc, suite: Suite, subs: list[tuple[Path, Mapping]], where: s
         check_seeds(rs["seeds"], suite, "reseed_of.seeds")
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+    return rs
+
+
+def check_document(doc, suite: Suite, subs: list[tuple[Path, Mapping]], where: str
+                   ) -> tuple[Path, Mapping]:
+    """(file, submission) that ``doc`` re-seeds, after checking it (module doc)."""
+    from recallbench.leaderboard.validate import check_submission
+
+    rs = check_reseed_of(doc, suite, where)
     found = [(p, s) for p, s in subs if s.get("sha256") == rs["submission_sha256"]]
     need(bool(found), where, f"re-seeds submission sha256 {short(rs['submission_sha256'])}, "
          "which is not on this board (re-seed the submission as it is now)")

@@ -38,8 +38,7 @@ def checked(path: str | Path, suite, flag: str = "--from-submission") -> dict:
     less the cards; a ConfigError naming ``flag`` and the file otherwise (also off a
     method-2 suite).  A re-seeding (``reseed_of``) is checked against the suite with its
     seeds, less the submission it names, which may be the one being made again."""
-    from recallbench.leaderboard.capacity.reseed import check_seeds
-    from recallbench.leaderboard.capacity.reseed_docs import reseeded_suite
+    from recallbench.leaderboard.capacity.reseed_docs import check_reseed_of, reseeded_suite
     from recallbench.leaderboard.validate import check_submission
     from recallbench.leaderboard.yaml_io import read_yaml_data
 
@@ -50,13 +49,9 @@ def checked(path: str | Path, suite, flag: str = "--from-submission") -> dict:
     if not Path(path).is_file():
         raise ConfigError(f"{where}: no such file")
     sub = read_yaml_data(Path(path), "submission")
-    rs = sub.get("reseed_of") if isinstance(sub, dict) else None
-    if isinstance(rs, dict):
-        seeds = rs.get("seeds")
-        if not (isinstance(seeds, list) and all(type(s) is int for s in seeds)):
-            raise ConfigError(f"{where}: reseed_of.seeds must be a list of integers")
-        check_seeds(seeds, suite, f"{where}: reseed_of.seeds")
-        suite = reseeded_suite(suite, seeds, rs)
+    if isinstance(sub, dict) and "reseed_of" in sub:
+        rs = check_reseed_of(sub, suite, where)
+        suite = reseeded_suite(suite, rs["seeds"], rs)
     check_submission(sub, suite, where, check_scores=False)
     return sub
 
