@@ -111,9 +111,9 @@ def check_files(paths: list[str | Path], *, check_scores: bool = True) -> list[E
     return out
 
 
-def valid_board(suite_dir: str | Path) -> list[tuple[Path, dict]]:
+def valid_board(suite_dir: str | Path, *, check_scores: bool = True) -> list[tuple[Path, dict]]:
     """The board's (file, submission) pairs; ConfigError naming the first refused file."""
-    entries = check_board(suite_dir)
+    entries = check_board(suite_dir, check_scores=check_scores)
     bad = [e for e in entries if e.error]
     if bad:
         more = f" (and {len(bad) - 1} more refused)" if len(bad) > 1 else ""

@@ -33,16 +33,20 @@ def _each_renders(suite: Suite, subs: list[tuple[Path, Mapping]]) -> None:
                               f"{detail}); nothing rendered") from None
 
 
-def render(suite_dir: str | Path, *, check: bool = False, plot: bool = True
-           ) -> tuple[bool, list[str]]:
+def render(suite_dir: str | Path, *, check: bool = False, plot: bool = True,
+           check_scores: bool = True) -> tuple[bool, list[str]]:
     """Write (or with ``check``, compare) the suite's README.md, plot and page (index.html).
 
     Returns (up_to_date, messages).  Every submission is validated first, with
     everything ``validate`` checks, so that nothing invalid is shown; one that fails is a
-    ConfigError naming it, and nothing is written.
+    ConfigError naming it, and nothing is written.  ``check_scores=False`` (only with
+    ``check``) leaves out recomputing each score or card from its points, as
+    ``validate --no-scores`` does.
     """
+    if not (check or check_scores):
+        raise ValueError("render writes only after every score is recomputed (check_scores)")
     suite = load_suite(suite_dir)
-    subs = valid_board(suite.dir)
+    subs = valid_board(suite.dir) if check_scores else valid_board(suite.dir, check_scores=False)
     if suite.is_capacity:  # cards, not grid scores: ranked per budget (capacity_board)
         _each_renders(suite, subs)
         return capacity_board.render(suite, subs, check=check, plot=plot)
