@@ -132,7 +132,7 @@ def test_render_check_catches_a_stale_readme_and_page(tmp_path, cli, monkeypatch
     d.mkdir()
     shutil.copy(V3 / "suite.yaml", d)
     subs = _subs()[:2] + _subs()[3:5]
-    monkeypatch.setattr(render_mod, "valid_board", lambda s: subs)
+    monkeypatch.setattr(render_mod, "valid_board", lambda s, **kw: subs)
     rc, out, _ = cli("leaderboard", "render", str(d), "--check")
     assert rc == 1 and f"{d / lb.README} is stale" in out
     rc, out, err = cli("leaderboard", "render", str(d))

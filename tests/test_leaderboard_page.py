@@ -124,7 +124,7 @@ def board(tmp_path, monkeypatch):
     d = tmp_path / "cpu-small"
     shutil.copytree(SUITE, d, ignore=shutil.ignore_patterns(page.PAGE))
     monkeypatch.setattr(render_mod, "valid_board",
-                        lambda s: [(Path(s) / "submissions" / f.name, sub) for f, sub in _subs()])
+                        lambda s, **kw: [(Path(s) / "submissions" / f.name, sub) for f, sub in _subs()])
     monkeypatch.setattr(grid_readme, "render_plot",
                         lambda suite, rows, path: Path(path).write_bytes(b"\x89PNG fake"))
     return d

@@ -46,7 +46,7 @@ def render(suite_dir: str | Path, *, check: bool = False, plot: bool = True,
     if not (check or check_scores):
         raise ValueError("render writes only after every score is recomputed (check_scores)")
     suite = load_suite(suite_dir)
-    subs = valid_board(suite.dir) if check_scores else valid_board(suite.dir, check_scores=False)
+    subs = valid_board(suite.dir, check_scores=check_scores)
     if suite.is_capacity:  # cards, not grid scores: ranked per budget (capacity_board)
         _each_renders(suite, subs)
         return capacity_board.render(suite, subs, check=check, plot=plot)
