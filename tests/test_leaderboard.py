@@ -487,18 +487,13 @@ def test_run_cli_accepts_only_open_model_settings(tiny, cli):
 COMMITTED = [p for d in lb.suite_dirs(REPO / "leaderboards") for p in lb.submission_files(d)]
 
 
+@pytest.mark.parametrize("scores", [pytest.param(False, id="envelope"),
+                                    pytest.param(True, id="scores", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("path", COMMITTED, ids=[f"{p.parent.parent.name}/{p.name}" for p in COMMITTED])
-def test_committed_submission_is_valid(path):
-    """Everything ``validate`` checks but the scores recomputed from the points (a capacity
-    card's search replayed look by look costs up to a minute): the slow test below does it."""
-    sub, suite, _ = lb.validate_file(path, check_scores=False)
-    assert sub["suite"] == suite.name == path.parent.parent.name
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("path", COMMITTED, ids=[f"{p.parent.parent.name}/{p.name}" for p in COMMITTED])
-def test_committed_submission_scores_are_recomputed_from_its_points(path):
-    sub, suite, _ = lb.validate_file(path)
+def test_committed_submission_is_valid(path, scores):
+    """Everything ``validate`` checks; the scores recomputed from the points only in the
+    slow run (a capacity card's search replayed look by look costs up to a minute)."""
+    sub, suite, _ = lb.validate_file(path, check_scores=scores)
     assert sub["suite"] == suite.name == path.parent.parent.name
 
 
@@ -524,7 +519,7 @@ def test_committed_submission_was_run_with_the_committed_adapter_code(path):
                          ids=lambda p: p.name)
 def test_committed_readme_is_not_stale(suite_dir):
     """The README, plot and page as render writes them from the committed files (their
-    scores recomputed in the slow test above)."""
+    scores recomputed in test_committed_submission_is_valid's slow run)."""
     fresh, msgs = lb.render(suite_dir, check=True, check_scores=False)
     assert fresh, "; ".join(msgs)
 
