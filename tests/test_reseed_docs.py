@@ -123,3 +123,63 @@ def test_the_board_marks_a_card_whose_fit_lies_outside_the_simulated_shapes():
     assert rd._n50([0, 1], card).endswith(" †")
     card["simulated"] = {**card["simulated"], "outside": []}
     assert not rd._n50([0, 1], card).endswith("†")
+
+
+def test_a_budget_the_submission_lacks_is_refused_before_training(reseeded, cli, tmp_path):
+    d, _, _ = reseeded
+    rc, _, err = cli("leaderboard", "verify", str(d / "submissions" / "designed.yaml"),
+                     "--reseed", "--budget", "D32-N4", "--store", str(tmp_path / "s0"))
+    _assert_one_line(rc, err, "--budget D32-N4", "not a budget of the submission (it has "
+                     "D32-N8)")
+    assert not (tmp_path / "s0").exists()
+    rc, _, err = cli("leaderboard", "verify", str(d / "submissions" / "designed.yaml"),
+                     "--budget", "D32-N8")
+    _assert_one_line(rc, err, "--budget", "go with --reseed")
+
+
+@pytest.mark.slow
+def test_budget_re_seeds_one_card_and_the_board_shows_that_one(cli, tmp_path):
+    """``verify --reseed --budget D32-N4`` on a two-budget board (the designed model): one
+    card trained, a re-seeding naming that budget that validates and renders as one row; a
+    forged ``reseed_of.budgets`` refused in one line."""
+    import yaml
+
+    from test_capacity_suite_v2 import _suite_dir
+    from test_capacity_suite import V3
+
+    d = _suite_dir(tmp_path)
+    data = yaml.safe_load((d / "suite.yaml").read_text())
+    data["budgets"] = yaml.safe_load((V3 / "suite.yaml").read_text())["budgets"]
+    (d / "suite.yaml").write_text(yaml.safe_dump(data, allow_unicode=True))
+    store = tmp_path / "store"
+    assert cli("leaderboard", "run", "--suite", str(d), "--adapter", "designed", "--store",
+               str(store))[0] == 0
+    assert cli("submit", "--suite", str(d), "--store", str(store),
+               "--model-name", "designed")[0] == 0
+    sub = d / "submissions" / "designed.yaml"
+    names = [b["name"] for b in lb.read_yaml_data(sub)["budgets"]]
+    assert names == ["D32-N4", "D32-N8"]
+
+    out = d / reseed_docs.RESEEDS_DIR / "designed.yaml"
+    rc, text, err = cli("leaderboard", "verify", str(sub), "--reseed", "--budget", "D32-N4",
+                        "--store", str(tmp_path / "s"), "--write", str(out))
+    assert rc == 0, err
+    assert "designed D32-N4: " in text and "designed D32-N8" not in text
+    doc = lb.read_yaml_data(out)
+    assert doc["reseed_of"]["budgets"] == ["D32-N4"]
+    assert [b["name"] for b in doc["budgets"]] == ["D32-N4"]
+    trained = {r["config"]["model"]["d_state"] for r in lb.load_store_records([tmp_path / "s"])}
+    assert trained == {4}
+    rc, text, err = cli("leaderboard", "validate", str(d))
+    assert rc == 0, err
+    rc, _, err = cli("leaderboard", "render", str(d), "--no-plot")
+    assert rc == 0, err
+    readme = (d / "README.md").read_text()
+    section = readme[readme.index("## Re-seeded cards"):readme.index("## How to read")]
+    assert "| designed | D32-N4 |" in section and "| designed | D32-N8 |" not in section
+
+    for forged, match in ((["D32-N8"], "suite_recipe_sha256 differs"),
+                          (["D32-N16"], "reseed_of.budgets must name")):
+        _forge(d, {**doc, "reseed_of": {**doc["reseed_of"], "budgets": forged}})
+        rc, _, err = cli("leaderboard", "validate", str(d))
+        _assert_one_line(rc, err, "reseeds/designed.yaml", match)

@@ -94,6 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "the re-seeded runs go to (an interrupted re-seeding resumes from it)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="with --reseed: worker processes (default 1)")
+    p.add_argument("--budget", action="append", metavar="NAME",
+                   help="with --reseed: re-run only this budget's card (repeatable; default "
+                        "every card); the file --write makes then names the budgets re-run")
     p.add_argument("--from-reseeding", metavar="FILE",
                    help="with --reseed: first put the runs of this earlier re-seeding of the "
                         "model into --store (its seeds are the default --seeds), so only what "
@@ -355,7 +358,8 @@ def _verify(args) -> int:
     if entry.error:
         raise ConfigError(entry.error)
     suite = lb.load_suite(find_suite_for(entry.path))
-    if args.reseed or args.seeds or args.store or args.write or args.from_reseeding:
+    if args.reseed or args.seeds or args.store or args.write or args.from_reseeding \
+            or args.budget:
         return leaderboard_reseed.reseed_command(args, entry, suite)
     rows = lb.verify(entry.sub, suite, args.sample, seed=args.seed, device=args.device,
                      log=lambda m: print(m, flush=True))

@@ -41,10 +41,11 @@ def reseed_command(args, entry, suite) -> int:
     """``verify --reseed``: each card re-run from disjoint seeds (``leaderboard.reseed``),
     with ``--write`` kept as a re-seeding document (``capacity.reseed_docs``)."""
     from recallbench import leaderboard as lb
-    from recallbench.leaderboard.capacity.reseed import reseed
+    from recallbench.leaderboard.capacity.reseed import check_budgets, reseed
 
     if not args.reseed:
-        raise ConfigError("--seeds, --store, --write and --from-reseeding go with --reseed")
+        raise ConfigError("--seeds, --store, --budget, --write and --from-reseeding go with "
+                          "--reseed")
     if not args.store:
         raise ConfigError("--reseed needs --store DIR: the result store the re-seeded runs go "
                           "to (nothing trained is lost; a rerun resumes)")
@@ -52,6 +53,7 @@ def reseed_command(args, entry, suite) -> int:
         raise ConfigError(f"--workers {args.workers} is not allowed: must be in "
                           f"[1, {os.cpu_count() or 1}]")
     seeds = _seed_list(args.seeds) if args.seeds else None
+    budgets = check_budgets(args.budget, entry.sub) if args.budget else None
     out = Path(args.write) if args.write else None
     if out is not None:  # before the work, not after it
         from recallbench.cli.main import check_writable
@@ -66,13 +68,14 @@ def reseed_command(args, entry, suite) -> int:
         check_writable(out, "--write")
     if args.from_reseeding:
         seeds = _import(args, entry.sub, suite, seeds)
-    rows = reseed(entry.sub, suite, args.store, seeds=seeds, workers=args.workers,
-                  log=lambda m: print(m, flush=True))
+    rows = reseed(entry.sub, suite, args.store, seeds=seeds, budgets=budgets,
+                  workers=args.workers, log=lambda m: print(m, flush=True))
     if out is not None:
         from recallbench.leaderboard.capacity.reseed_docs import document
         from recallbench.leaderboard.submission import write_submission
 
-        doc = document(entry.sub, suite, rows[0]["seeds"][1], lb.load_store_records([args.store]))
+        doc = document(entry.sub, suite, rows[0]["seeds"][1], lb.load_store_records([args.store]),
+                       budgets)
         write_submission(doc, out)
         print(f"re-seeding written to {out} (sha256 {doc['sha256'][:12]}…)")
     bad = [r for r in rows if r["agreement"]["agree"] is False]

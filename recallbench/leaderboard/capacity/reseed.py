@@ -7,7 +7,7 @@ budget configs as submitted) from seeds that share no run with the submission's,
 store the user names (an interrupted re-seeding resumes from it), then
 :func:`recallbench.law.card_agreement.agreement` of each budget's two cards.
 
-    rows = reseed(sub, suite, store, workers=1, log=print)
+    rows = reseed(sub, suite, store, workers=1, log=print)   # budgets=["D32-N4"]: one card
     rows[0]["agreement"]["agree"]   # the N50 ranges overlap
 
 Seeds: by default the smallest non-negative integers that are not the suite's, as many as
@@ -52,21 +52,33 @@ def check_seeds(new: Sequence[int], suite, name: str = "--seeds") -> list[int]:
     return list(new)
 
 
+def check_budgets(names: Sequence[str] | None, sub: Mapping[str, Any]) -> list[str]:
+    """The submission's budget names that ``names`` (``--budget``) picks, in its order (all
+    when None); a ConfigError naming the one that is not a budget of the submission."""
+    have = [b["name"] for b in sub["budgets"]]
+    for n in names or ():
+        if n not in have:
+            raise ConfigError(f"--budget {n}: not a budget of the submission (it has "
+                              f"{', '.join(have)})")
+    return [n for n in have if names is None or n in names]
+
+
 def reseed(sub: Mapping[str, Any], suite, store: str | Path, *,
-           seeds: Sequence[int] | None = None, workers: int = 1,
-           log: Callable[[str], None] = print) -> list[dict]:
-    """Each budget's card re-run from ``seeds`` (default :func:`default_seeds`) into
-    ``store``; one row per budget: budget, seeds, the submitted and the new card's status
-    and N50, and their ``agreement``."""
+           seeds: Sequence[int] | None = None, budgets: Sequence[str] | None = None,
+           workers: int = 1, log: Callable[[str], None] = print) -> list[dict]:
+    """Each card of ``budgets`` (names; default all) re-run from ``seeds`` (default
+    :func:`default_seeds`) into ``store``; one row per budget: budget, seeds, the submitted
+    and the new card's status and N50, and their ``agreement``."""
     if not v2.is_v2(suite):
         raise ConfigError(f"--reseed: suite {suite.name} is not a method-2 capacity suite "
                           "(capacity.method 2); its cards pick the best of seeds per cell, "
                           "which another seed set does not re-measure")
     seeds = check_seeds(seeds, suite) if seeds else default_seeds(suite.seeds)
+    chosen = check_budgets(budgets, sub)
     adapter = sub["model"]["adapter"]
     settings = v2.settings(suite)
     rows = []
-    for b in sub["budgets"]:
+    for b in (b for b in sub["budgets"] if b["name"] in chosen):
         log(f"re-seeding {adapter} at {b['name']} with seeds {', '.join(map(str, seeds))} "
             f"(submitted: {', '.join(map(str, suite.seeds))}) into {store}")
         result = card_search.run(b["config"], seeds=seeds, store=store, workers=workers,

@@ -2,11 +2,12 @@
 
 A re-seeding (``leaderboard verify --reseed --write FILE``) is a submission made from the
 runs of disjoint seeds, with ``reseed_of: {submission_sha256, submission_seeds, seeds}``
-naming the submission it re-measures.  It is checked as a submission to the suite with its
-seeds in place of the suite's (every card recomputed from its points, hashes, counts), its
-seeds must be disjoint from the suite's, and the submission it names must be on the board
-with the seeds it names.  The board shows each budget's two cards side by side and whether
-their N50 ranges agree (:func:`recallbench.law.card_agreement.agreement`).
+naming the submission it re-measures, and ``budgets`` where it re-runs fewer than all its
+cards (``--budget``).  It is checked as a submission to the suite with its seeds in place
+of the suite's and only those budgets (every card recomputed from its points, hashes,
+counts), its seeds must be disjoint from the suite's, and the submission it names must be
+on the board with the seeds it names.  The board shows each re-run budget's two cards side
+by side and whether their N50 ranges agree (:func:`recallbench.law.card_agreement.agreement`).
 
     doc = document(sub, suite, seeds=[2, 3], records=store_records)
     pairs = valid_reseeds(suite, subs)   # [(path, doc, (path, sub))]; ConfigError if refused
@@ -24,28 +25,37 @@ from recallbench.leaderboard.suite import Suite
 
 RESEEDS_DIR = "reseeds"
 RESEED_KEYS = {"submission_sha256", "submission_seeds", "seeds"}
+RESEED_OPTIONAL = {"budgets"}
 
 
 def reseeded_suite(suite: Suite, seeds: Sequence[int], reseed_of: Mapping | None = None
                    ) -> Suite:
     """The suite with ``seeds`` in place of its own (its recipe hash changes with them);
-    ``reseed_of`` is what a document checked against it must carry."""
+    ``reseed_of`` is what a document checked against it must carry, and its ``budgets``
+    (where named) the only budgets the suite keeps."""
     data = {**suite.data, "seeds": list(seeds)}
     if reseed_of is not None:
         data["reseed_of"] = dict(reseed_of)
+        if "budgets" in reseed_of:
+            data["budgets"] = [b for b in suite.budgets if b["name"] in reseed_of["budgets"]]
     return Suite(data, suite.dir)
 
 
-def document(sub: Mapping, suite: Suite, seeds: Sequence[int], records: list[Mapping]) -> dict:
-    """The re-seeding of submission ``sub`` from store ``records`` trained with ``seeds``."""
+def document(sub: Mapping, suite: Suite, seeds: Sequence[int], records: list[Mapping],
+             budgets: Sequence[str] | None = None) -> dict:
+    """The re-seeding of submission ``sub`` from store ``records`` trained with ``seeds``,
+    of the cards of ``budgets`` (names; default every budget)."""
     from recallbench.leaderboard.submission import build_submission, content_sha256
 
     m = sub["model"]
-    doc = build_submission(reseeded_suite(suite, seeds), records, m["name"],
+    rs = {"submission_sha256": sub["sha256"], "submission_seeds": list(suite.seeds),
+          "seeds": list(seeds)}
+    if budgets is not None and set(budgets) != {b["name"] for b in suite.budgets}:
+        rs["budgets"] = [b["name"] for b in suite.budgets if b["name"] in budgets]
+    doc = build_submission(reseeded_suite(suite, seeds, rs), records, m["name"],
                            adapter=m["adapter"], description=m.get("description"),
                            url=m.get("url"))
-    doc["reseed_of"] = {"submission_sha256": sub["sha256"],
-                        "submission_seeds": list(suite.seeds), "seeds": list(seeds)}
+    doc["reseed_of"] = rs
     doc["sha256"] = content_sha256(doc)
     return doc
 
@@ -66,10 +76,16 @@ def check_reseed_of(doc, suite: Suite, where: str) -> Mapping:
          "(made by `recallbench leaderboard verify FILE --reseed --store DIR --write FILE`)")
     need(method2.is_v2(suite), where, f"suite {suite.name} is not a method-2 capacity suite")
     rs = doc["reseed_of"]
-    check_keys(rs, RESEED_KEYS, RESEED_KEYS, f"{where}: reseed_of")
+    check_keys(rs, RESEED_KEYS | RESEED_OPTIONAL, RESEED_KEYS, f"{where}: reseed_of")
     for k in ("submission_seeds", "seeds"):
         need(isinstance(rs[k], list) and all(type(s) is int for s in rs[k]), where,
              f"reseed_of.{k} must be a list of integers (got {short(rs[k])})")
+    if "budgets" in rs:
+        names = [b["name"] for b in suite.budgets]
+        need(isinstance(rs["budgets"], list) and rs["budgets"]
+             and rs["budgets"] == [n for n in names if n in rs["budgets"]], where,
+             f"reseed_of.budgets must name some of the suite's budgets ({', '.join(names)}), "
+             f"each once, in that order (got {short(rs['budgets'])})")
     need(rs["submission_seeds"] == list(suite.seeds), where,
          f"reseed_of.submission_seeds {rs['submission_seeds']} are not the suite's seeds "
          f"{list(suite.seeds)}")
