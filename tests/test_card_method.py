@@ -89,6 +89,34 @@ def test_few_runs_get_the_small_sample_threshold():
     assert math.isinf(f.threshold) and f.n50_ci == (0.0, math.inf)
 
 
+def test_an_interval_end_is_found_where_a_warm_started_profile_moves():
+    """Eight runs of a simulated Mamba-1-like card (N50 8.18, slope 1.75, run SD 0.62, one
+    run in six failing) on which Brent's method once raised: the profile, warm-started along
+    the walk, read differently at the walk's last point when evaluated again.  The interval
+    now ends where a fresh profile from many starts crosses the threshold, within one step
+    of the walk (0.05 in ln N_f); below, that profile never crosses, so the interval opens
+    to 0."""
+    nf = [4, 4, 7, 7, 9, 9, 15, 15]
+    correct = [1008, 4078, 3233, 4299, 7419, 4188, 1839, 3005]
+    total = [1024 * n for n in nf]
+    f = runfit.fit_runs(nf, correct, total, 1024, [1 / n for n in nf])
+    assert f.n50_ci[0] == 0.0 and f.n50 < f.n50_ci[1] < math.inf
+    x = np.log(nf)
+    kind, z, v = runfit.classify(np.array(correct, float), np.array(total, float),
+                                 np.full(8, 1024.0), 1 / np.array(nf, float), np.zeros(8, bool))
+    starts = [np.array([math.log(b), math.log(t), r]) for b in (0.6, 1.3, 3.0)
+              for t in (0.1, 0.5) for r in (0.02, 0.2)]
+
+    def deviance(n50):
+        r = min((runfit._minimize(lambda p: runfit._nll((math.log(n50), *p), x, kind, z, v),
+                                  [s], runfit.BOUNDS[1:]) for s in starts), key=lambda r: r.fun)
+        return 2 * (r.fun - f.nll)
+
+    hi = f.n50_ci[1]
+    assert deviance(hi * math.exp(-0.05)) < f.threshold < deviance(hi * math.exp(0.05))
+    assert max(deviance(n) for n in (0.5, 2.0, 4.0)) < f.threshold
+
+
 def test_censored_runs_are_kinds_not_numbers():
     """At the guess, at the ceiling, cut by the cap, or observed, by the run's counts."""
     kinds, _, _ = runfit.classify([1024, 20470, 8000, 6000], [10240, 20480, 10240, 10240],

@@ -181,9 +181,21 @@ def fit_runs(num_facts, correct, total, units, guess, capped=False,
 
 def _interval(prof, ell, f_hat, thr, lo_b, hi_b, memo, x0):
     """Where 2·(profile − f_hat) crosses ``thr`` on each side of ``ell``, walking out in
-    steps of 0.05 doubling (the nuisance parameters warm-started along the walk)."""
+    steps of 0.05 doubling (the nuisance parameters warm-started along the walk).  The
+    profile is a minimisation from warm starts, so its value at a point can differ when
+    evaluated again; where Brent's method then finds no sign change between the walk's
+    last two points, the crossing is bisected on the signs as evaluated."""
     def g(e):
         return 2.0 * (prof(e) - f_hat) - thr
+
+    def crossing(inner, outer):
+        try:
+            return float(optimize.brentq(g, inner, outer, xtol=1e-6))
+        except ValueError:
+            while abs(outer - inner) > 1e-6:
+                mid = 0.5 * (inner + outer)
+                inner, outer = (inner, mid) if g(mid) >= 0 else (mid, outer)
+            return float(outer)
 
     out = []
     for edge in (lo_b, hi_b):
@@ -195,7 +207,7 @@ def _interval(prof, ell, f_hat, thr, lo_b, hi_b, memo, x0):
             if (outer - edge) * step >= 0:
                 outer = edge
             if g(outer) >= 0:
-                found = float(optimize.brentq(g, inner, outer, xtol=1e-6))
+                found = crossing(inner, outer)
             elif outer == edge:
                 found = edge
             inner, step = outer, step * 2.0
