@@ -19,6 +19,7 @@ import yaml
 from recallbench import leaderboard as lb
 from recallbench.api.canonical import config_hash
 from recallbench.api.errors import ConfigError
+from recallbench.leaderboard.capacity.reseed_docs import check_reseeds, reseed_files
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -517,11 +518,36 @@ def test_committed_submission_was_run_with_the_committed_adapter_code(path):
 
 @pytest.mark.parametrize("suite_dir", lb.suite_dirs(REPO / "leaderboards"),
                          ids=lambda p: p.name)
-def test_committed_readme_is_not_stale(suite_dir):
+def test_committed_readme_is_not_stale(suite_dir, monkeypatch):
     """The README, plot and page as render writes them from the committed files (their
-    scores recomputed in test_committed_submission_is_valid's slow run)."""
+    scores recomputed in test_committed_submission_is_valid's and
+    test_committed_reseedings_replay's slow runs: no card is replayed here)."""
+    from recallbench.leaderboard.capacity import suite as capacity_suite
+
+    replayed = []
+    monkeypatch.setattr(capacity_suite, "check_cards", lambda *a: replayed.append(a[2]))
     fresh, msgs = lb.render(suite_dir, check=True, check_scores=False)
     assert fresh, "; ".join(msgs)
+    assert replayed == []
+
+
+RESEEDED = [d for d in lb.suite_dirs(REPO / "leaderboards") if reseed_files(d)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suite_dir", RESEEDED, ids=lambda p: p.name)
+def test_committed_reseedings_replay(suite_dir, monkeypatch):
+    """Every re-seeding on a committed board passes ``validate``'s checks with each of its
+    cards replayed from its points (a Mamba card's search replayed look by look: a minute)."""
+    from recallbench.leaderboard.capacity import suite as capacity_suite
+
+    replayed, check = [], capacity_suite.check_cards
+    monkeypatch.setattr(capacity_suite, "check_cards",
+                        lambda *a: replayed.append(a[2]) or check(*a))
+    subs = lb.valid_board(suite_dir, check_scores=False)
+    checked = check_reseeds(lb.load_suite(suite_dir), subs, check_scores=True)
+    assert checked and [c[3] for c in checked] == [None] * len(checked)
+    assert sorted(replayed) == sorted(str(c[0]) for c in checked)
 
 
 # -- bad command-line input: one line naming the flag or file, exit 2 ---------------------

@@ -335,7 +335,8 @@ def _validate(args) -> int:
         print(f"ok {e.path}: {e.sub['model']['name']} ({e.sub['model']['adapter']}) on "
               f"{e.sub['suite']}, {n} points" + "".join(f"; note: {x}" for x in e.notes))
     bad = [e for e in entries if e.error]
-    bad_reseeds = leaderboard_reseed.validate_reseeds(args.files, entries)
+    bad_reseeds = leaderboard_reseed.validate_reseeds(args.files, entries,
+                                                        check_scores=not args.no_scores)
     if bad:
         raise ConfigError(f"{len(bad)} of {len(entries)} submission(s) invalid; first: {bad[0].error}")
     if bad_reseeds:

@@ -14,9 +14,9 @@ from pathlib import Path
 from recallbench.api.errors import ConfigError
 
 
-def validate_reseeds(files: list[str], entries) -> list[str]:
+def validate_reseeds(files: list[str], entries, *, check_scores: bool = True) -> list[str]:
     """The re-seedings of each suite folder named (``<suite>/reseeds/``): printed, and the
-    reasons of those refused."""
+    reasons of those refused; their cards replayed unless ``check_scores=False``."""
     from recallbench import leaderboard as lb
     from recallbench.leaderboard.capacity.reseed_docs import check_reseeds
 
@@ -27,7 +27,7 @@ def validate_reseeds(files: list[str], entries) -> list[str]:
         suite = lb.load_suite(d)
         subs = [(e.path, e.sub) for e in entries if e.sub is not None
                 and Path(os.path.abspath(e.path)).parent.parent == Path(os.path.abspath(d))]
-        for path, doc, target, error in check_reseeds(suite, subs):
+        for path, doc, target, error in check_reseeds(suite, subs, check_scores=check_scores):
             if error:
                 print(f"INVALID {error}")
                 errors.append(error)

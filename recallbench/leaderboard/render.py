@@ -40,8 +40,8 @@ def render(suite_dir: str | Path, *, check: bool = False, plot: bool = True,
     Returns (up_to_date, messages).  Every submission is validated first, with
     everything ``validate`` checks, so that nothing invalid is shown; one that fails is a
     ConfigError naming it, and nothing is written.  ``check_scores=False`` (only with
-    ``check``) leaves out recomputing each score or card from its points, as
-    ``validate --no-scores`` does.
+    ``check``) leaves out recomputing each score or card from its points, a board's
+    re-seedings' too, as ``validate --no-scores`` does.
     """
     if not (check or check_scores):
         raise ValueError("render writes only after every score is recomputed (check_scores)")
@@ -49,5 +49,6 @@ def render(suite_dir: str | Path, *, check: bool = False, plot: bool = True,
     subs = valid_board(suite.dir, check_scores=check_scores)
     if suite.is_capacity:  # cards, not grid scores: ranked per budget (capacity_board)
         _each_renders(suite, subs)
-        return capacity_board.render(suite, subs, check=check, plot=plot)
+        return capacity_board.render(suite, subs, check=check, plot=plot,
+                                     check_scores=check_scores)
     return render_grid(suite, subs, check=check, plot=plot)

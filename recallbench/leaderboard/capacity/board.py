@@ -345,10 +345,11 @@ def page_html(suite: Suite, rows: list[dict], pngs: Mapping | None) -> str:
 
 
 def render(suite: Suite, subs: list[tuple[Path, Mapping]], *, check: bool = False,
-           plot: bool = True) -> tuple[bool, list[str]]:
+           plot: bool = True, check_scores: bool = True) -> tuple[bool, list[str]]:
     """Write (or with ``check``, compare) README.md and index.html: (up_to_date, messages)."""
     if _v2(suite):
-        return _v2(suite).render(suite, subs, check=check, plot=plot)
+        return _v2(suite).render(suite, subs, check=check, plot=plot,
+                                 check_scores=check_scores)
     rows = card_rows(suite, subs)
     text = render_markdown(suite, rows)
     readme, page = suite.dir / README, suite.dir / PAGE

@@ -324,10 +324,12 @@ def page_html(suite: Suite, rows: list[dict], pngs: Mapping | None,
 
 
 def render(suite: Suite, subs: list[tuple[Path, Mapping]], *, check: bool = False,
-           plot: bool = True) -> tuple[bool, list[str]]:
-    """Write (or with ``check``, compare) README.md and index.html: (up_to_date, messages)."""
+           plot: bool = True, check_scores: bool = True) -> tuple[bool, list[str]]:
+    """Write (or with ``check``, compare) README.md and index.html: (up_to_date, messages);
+    the re-seedings' cards replayed unless ``check_scores=False`` (only with ``check``)."""
     rows = card_rows(suite, subs)
-    reseeds = reseed_docs.rows(reseed_docs.valid_reseeds(suite, subs))
+    reseeds = reseed_docs.rows(reseed_docs.valid_reseeds(suite, subs,
+                                                         check_scores=check_scores))
     text = render_markdown(suite, rows, reseeds)
     readme, page = suite.dir / README, suite.dir / PAGE
     again = f"run `recallbench leaderboard render {suite.dir}`"

@@ -96,9 +96,10 @@ def check_reseed_of(doc, suite: Suite, where: str) -> Mapping:
     return rs
 
 
-def check_document(doc, suite: Suite, subs: list[tuple[Path, Mapping]], where: str
-                   ) -> tuple[Path, Mapping]:
-    """(file, submission) that ``doc`` re-seeds, after checking it (module doc)."""
+def check_document(doc, suite: Suite, subs: list[tuple[Path, Mapping]], where: str, *,
+                   check_scores: bool = True) -> tuple[Path, Mapping]:
+    """(file, submission) that ``doc`` re-seeds, after checking it (module doc);
+    ``check_scores=False`` leaves out replaying its cards, as ``validate --no-scores`` does."""
     from recallbench.leaderboard.validate import check_submission
 
     rs = check_reseed_of(doc, suite, where)
@@ -106,14 +107,16 @@ def check_document(doc, suite: Suite, subs: list[tuple[Path, Mapping]], where: s
     need(bool(found), where, f"re-seeds submission sha256 {short(rs['submission_sha256'])}, "
          "which is not on this board (re-seed the submission as it is now)")
     path, sub = found[0]
-    check_submission(doc, reseeded_suite(suite, rs["seeds"], rs), where)
+    check_submission(doc, reseeded_suite(suite, rs["seeds"], rs), where,
+                     check_scores=check_scores)
     need(doc["model"]["adapter"] == sub["model"]["adapter"]
          and doc["model"]["name"] == sub["model"]["name"], where,
          f"its model is not the one of {path.name} it names")
     return path, sub
 
 
-def check_reseeds(suite: Suite, subs: list[tuple[Path, Mapping]]) -> list[tuple]:
+def check_reseeds(suite: Suite, subs: list[tuple[Path, Mapping]], *,
+                  check_scores: bool = True) -> list[tuple]:
     """Every re-seeding of the board: [(file, document, (file, submission), None)], or
     (file, None, None, the one-line reason) for a refused one."""
     from recallbench.leaderboard.checks import check_file_name
@@ -127,15 +130,17 @@ def check_reseeds(suite: Suite, subs: list[tuple[Path, Mapping]]) -> list[tuple]
             need(not p.is_symlink() and not Path(os.path.abspath(p)).parent.is_symlink(),
                  where, "symbolic links are not accepted")
             doc = read_yaml_data(p, "re-seeding")
-            out.append((p, doc, check_document(doc, suite, subs, where), None))
+            out.append((p, doc, check_document(doc, suite, subs, where,
+                                               check_scores=check_scores), None))
         except ConfigError as exc:
             out.append((p, None, None, str(exc)))
     return out
 
 
-def valid_reseeds(suite: Suite, subs: list[tuple[Path, Mapping]]) -> list[tuple]:
+def valid_reseeds(suite: Suite, subs: list[tuple[Path, Mapping]], *,
+                  check_scores: bool = True) -> list[tuple]:
     """[(file, document, (file, submission))]; a ConfigError naming the first refused."""
-    checked = check_reseeds(suite, subs)
+    checked = check_reseeds(suite, subs, check_scores=check_scores)
     bad = [c for c in checked if c[3]]
     if bad:
         raise ConfigError(f"{bad[0][3]}; nothing rendered")
