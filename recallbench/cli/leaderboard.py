@@ -355,13 +355,20 @@ def _verify(args) -> int:
 
     if Path(args.file).is_dir():
         raise ConfigError(f"{args.file}: a folder; verify takes one submission .yaml file")
-    (entry,) = lb.check_files([args.file])
+    # everything but the cards first, so that a mistake in the other arguments is said
+    # before the cards are replayed (a minute for a noisy layer's)
+    (entry,) = lb.check_files([args.file], check_scores=False)
     if entry.error:
         raise ConfigError(entry.error)
     suite = lb.load_suite(find_suite_for(entry.path))
+
+    def replayed() -> None:
+        lb.validate_file(entry.path)
+
     if args.reseed or args.seeds or args.store or args.write or args.from_reseeding \
             or args.budget:
-        return leaderboard_reseed.reseed_command(args, entry, suite)
+        return leaderboard_reseed.reseed_command(args, entry, suite, replayed)
+    replayed()
     rows = lb.verify(entry.sub, suite, args.sample, seed=args.seed, device=args.device,
                      log=lambda m: print(m, flush=True))
     bad = [r for r in rows if not r["ok"]]

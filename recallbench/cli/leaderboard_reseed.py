@@ -37,11 +37,12 @@ def validate_reseeds(files: list[str], entries, *, check_scores: bool = True) ->
     return errors
 
 
-def reseed_command(args, entry, suite) -> int:
+def reseed_command(args, entry, suite, replayed) -> int:
     """``verify --reseed``: each card re-run from disjoint seeds (``leaderboard.reseed``),
-    with ``--write`` kept as a re-seeding document (``capacity.reseed_docs``)."""
+    with ``--write`` kept as a re-seeding document (``capacity.reseed_docs``).  ``entry``
+    is checked less its cards; ``replayed()`` checks them, once the arguments are."""
     from recallbench import leaderboard as lb
-    from recallbench.leaderboard.capacity.reseed import check_budgets, reseed
+    from recallbench.leaderboard.capacity.reseed import check_budgets, check_reseedable, reseed
 
     if not args.reseed:
         raise ConfigError("--seeds, --store, --budget, --write and --from-reseeding go with "
@@ -53,6 +54,7 @@ def reseed_command(args, entry, suite) -> int:
         raise ConfigError(f"--workers {args.workers} is not allowed: must be in "
                           f"[1, {os.cpu_count() or 1}]")
     seeds = _seed_list(args.seeds) if args.seeds else None
+    check_reseedable(suite, seeds)
     budgets = check_budgets(args.budget, entry.sub) if args.budget else None
     out = Path(args.write) if args.write else None
     if out is not None:  # before the work, not after it
@@ -66,8 +68,10 @@ def reseed_command(args, entry, suite) -> int:
         except ConfigError as exc:
             raise ConfigError(f"--write {exc}") from None
         check_writable(out, "--write")
-    if args.from_reseeding:
-        seeds = _import(args, entry.sub, suite, seeds)
+    earlier = _reseeding(args, suite, seeds) if args.from_reseeding else None
+    replayed()
+    if earlier is not None:
+        seeds = _import(args, entry.sub, earlier)
     rows = reseed(entry.sub, suite, args.store, seeds=seeds, budgets=budgets,
                   workers=args.workers, log=lambda m: print(m, flush=True))
     if out is not None:
@@ -84,10 +88,10 @@ def reseed_command(args, entry, suite) -> int:
     return 1 if bad else 0
 
 
-def _import(args, sub, suite, seeds):
-    """--from-reseeding: the earlier re-seeding's runs put into --store; the seeds to use
-    (its own, unless --seeds names the same ones)."""
-    from recallbench.leaderboard.capacity.resume import checked, import_runs
+def _reseeding(args, suite, seeds) -> dict:
+    """--from-reseeding: the earlier re-seeding, checked (less its cards) and its seeds
+    matched against --seeds."""
+    from recallbench.leaderboard.capacity.resume import checked
 
     doc = checked(args.from_reseeding, suite, "--from-reseeding")
     theirs = doc.get("reseed_of")
@@ -98,6 +102,14 @@ def _import(args, sub, suite, seeds):
     if seeds is not None and list(seeds) != theirs["seeds"]:
         raise ConfigError(f"--seeds {','.join(map(str, seeds))}: the re-seeding was made with "
                           f"seeds {','.join(map(str, theirs['seeds']))}; leave --seeds out")
+    return doc
+
+
+def _import(args, sub, doc) -> list[int]:
+    """The earlier re-seeding's runs put into --store; the seeds to use (its own)."""
+    from recallbench.leaderboard.capacity.resume import import_runs
+
+    theirs = doc["reseed_of"]
     added, held = import_runs(doc, sub["model"]["adapter"], args.store)
     print(f"from {args.from_reseeding}: {added} run(s) put into {args.store}"
           + (f", {held} already there" if held else ""), flush=True)

@@ -63,17 +63,23 @@ def check_budgets(names: Sequence[str] | None, sub: Mapping[str, Any]) -> list[s
     return [n for n in have if names is None or n in names]
 
 
+def check_reseedable(suite, seeds: Sequence[int] | None = None) -> list[int]:
+    """The seeds a re-seeding of ``suite`` uses (``seeds``, checked, or the default); a
+    ConfigError where the suite is not of card method 2 or the seeds are refused."""
+    if not v2.is_v2(suite):
+        raise ConfigError(f"--reseed: suite {suite.name} is not a method-2 capacity suite "
+                          "(capacity.method 2); its cards pick the best of seeds per cell, "
+                          "which another seed set does not re-measure")
+    return check_seeds(seeds, suite) if seeds else default_seeds(suite.seeds)
+
+
 def reseed(sub: Mapping[str, Any], suite, store: str | Path, *,
            seeds: Sequence[int] | None = None, budgets: Sequence[str] | None = None,
            workers: int = 1, log: Callable[[str], None] = print) -> list[dict]:
     """Each card of ``budgets`` (names; default all) re-run from ``seeds`` (default
     :func:`default_seeds`) into ``store``; one row per budget: budget, seeds, the submitted
     and the new card's status and N50, and their ``agreement``."""
-    if not v2.is_v2(suite):
-        raise ConfigError(f"--reseed: suite {suite.name} is not a method-2 capacity suite "
-                          "(capacity.method 2); its cards pick the best of seeds per cell, "
-                          "which another seed set does not re-measure")
-    seeds = check_seeds(seeds, suite) if seeds else default_seeds(suite.seeds)
+    seeds = check_reseedable(suite, seeds)
     chosen = check_budgets(budgets, sub)
     adapter = sub["model"]["adapter"]
     settings = v2.settings(suite)
