@@ -8,6 +8,8 @@ file and what it is, before it can cost much:
 * not a regular file, or not UTF-8 text;
 * not YAML, Python tags (PyYAML's safe loader), duplicate keys;
 * nested deeper than :data:`MAX_DEPTH` (checked while composing, so no RecursionError);
+  with libyaml, PyYAML's C parser composes the nodes (some 20 times faster) and caps the
+  nesting at 1,000 itself, and the cap of 50 is checked on the composed nodes;
 * more than :data:`MAX_NODES` nodes once aliases are expanded (a "billion laughs" file
   is a few hundred bytes that expand to 10⁹ nodes); ``aliases=False`` refuses aliases
   outright.
@@ -35,7 +37,26 @@ class NotYAML(ConfigError):
     """The text does not parse as YAML (a subclass, for callers that fall back to text)."""
 
 
-class _BoundedLoader(yaml.SafeLoader):
+class _NoDuplicateKeys:
+    """A safe constructor's mapping, refusing a key given twice."""
+
+    def construct_mapping(self, node, deep=False):
+        """A mapping, refusing a key given twice (before merge keys ``<<`` are applied)."""
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, (str, int, float)) and key in seen:
+                    raise ConfigError(f"duplicate key {short(key)} "
+                                      f"(line {key_node.start_mark.line + 1})")
+                if isinstance(key, (str, int, float)):
+                    seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+class _BoundedLoader(_NoDuplicateKeys, yaml.SafeLoader):
     """PyYAML's safe loader with a depth cap while composing and optional alias refusal."""
 
     allow_aliases = True
@@ -57,32 +78,24 @@ class _BoundedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def construct_mapping(self, node, deep=False):
-        """A mapping, refusing a key given twice (before merge keys ``<<`` are applied)."""
-        if isinstance(node, yaml.MappingNode):
-            seen = set()
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=deep)
-                if isinstance(key, (str, int, float)) and key in seen:
-                    raise ConfigError(f"duplicate key {short(key)} "
-                                      f"(line {key_node.start_mark.line + 1})")
-                if isinstance(key, (str, int, float)):
-                    seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
 
 class _NoAliasLoader(_BoundedLoader):
     allow_aliases = False
 
 
-def _expanded_size(root: yaml.Node) -> tuple[int, int]:
-    """(nodes, depth) of the document with every alias expanded, in time linear in the
-    composed graph (aliases share nodes, so each node is measured once); ConfigError if
-    an alias refers to a node that contains it."""
+# libyaml's parser (where PyYAML was built with it), with the same constructor
+_CLoader = type("_CLoader", (_NoDuplicateKeys, yaml.CSafeLoader), {}) \
+    if getattr(yaml, "__with_libyaml__", False) else None
+
+
+def _expanded_size(root: yaml.Node) -> tuple[int, int, int | None]:
+    """(nodes, depth, the line of the first node an alias reuses or None) of the document
+    with every alias expanded, in time linear in the composed graph (aliases share nodes,
+    so each node is measured once); ConfigError if an alias refers to a node that
+    contains it."""
     sizes: dict[int, tuple[int, int]] = {}
     on_path: set[int] = set()
+    reused = None
     stack = [(root, False)]
     while stack:
         node, done = stack.pop()
@@ -95,13 +108,14 @@ def _expanded_size(root: yaml.Node) -> tuple[int, int]:
             on_path.discard(id(node))
             continue
         if id(node) in sizes:
+            reused = node.start_mark.line + 1 if reused is None else reused
             continue
         if id(node) in on_path:
             raise ConfigError(f"a recursive alias (line {node.start_mark.line + 1})")
         on_path.add(id(node))
         stack.append((node, True))
         stack.extend((c, False) for c in children)
-    return sizes[id(root)]
+    return (*sizes[id(root)], reused)
 
 
 def _read_text(path: Path, what: str, limit: int) -> str:
@@ -125,18 +139,28 @@ def _read_text(path: Path, what: str, limit: int) -> str:
         raise ConfigError(f"{what} {path}: not UTF-8 text (byte {exc.start})") from None
 
 
-def _parse(text: str, loader: type) -> Any:
+def _parse(text: str, aliases: bool) -> Any:
     """Compose, measure, then construct: nothing is built from an oversized document."""
-    load = loader(text)
+    load = (_CLoader or (_BoundedLoader if aliases else _NoAliasLoader))(text)
     try:
-        node = load.get_single_node()
+        try:
+            node = load.get_single_node()
+        except yaml.scanner.ScannerError as exc:  # libyaml's own cap on nesting
+            if "maximum nesting depth" not in str(exc.problem) or exc.problem_mark is None:
+                raise
+            raise ConfigError(f"nested deeper than {MAX_DEPTH} levels "
+                              f"(line {exc.problem_mark.line + 1})") from None
         if node is None:
             return None
-        nodes, depth = _expanded_size(node)
+        nodes, depth, reused = _expanded_size(node)
+        if reused is not None and not aliases:
+            raise ConfigError(f"YAML aliases are not allowed here (the value at line {reused} "
+                              "is used again)")
+        expanded = " once aliases are expanded" if reused is not None else ""
         if nodes > MAX_NODES:
-            raise ConfigError(f"more than {MAX_NODES} values once aliases are expanded")
+            raise ConfigError(f"more than {MAX_NODES} values{expanded}")
         if depth > MAX_DEPTH:
-            raise ConfigError(f"nested deeper than {MAX_DEPTH} levels once aliases are expanded")
+            raise ConfigError(f"nested deeper than {MAX_DEPTH} levels{expanded}")
         return load.construct_document(node)
     finally:
         load.dispose()
@@ -152,7 +176,7 @@ def read_yaml(path: str | Path, what: str, *, limit: int = MAX_BYTES,
 def parse_yaml(text: str, what: str, *, aliases: bool = True) -> Any:
     """The data of YAML ``text`` (bounded as a file is); ConfigError starting with ``what``."""
     try:
-        return _parse(text, _BoundedLoader if aliases else _NoAliasLoader)
+        return _parse(text, aliases)
     except ConfigError as exc:
         raise ConfigError(f"{what}: {exc}") from None
     except yaml.constructor.ConstructorError as exc:
