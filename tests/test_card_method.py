@@ -249,6 +249,20 @@ def test_a_capacity_below_two_facts_is_an_upper_bound_that_says_why():
     assert sum(nf == 2 for call in run_cell.calls for nf, _ in call) == 6
 
 
+def test_a_capacity_beyond_the_vocabulary_is_a_lower_bound_at_the_largest_cell():
+    """N50 = 10,000 (attention's case): every cell recalls at the ceiling, so the fit has no
+    slope and leaves the interval's lower end at 0; the bound is then the largest N_f
+    tried, where the median run still recalls at least half, and the card says so."""
+    res = card_search.measure(BASE, run_cell=runner(1e4, 1.3, 0.0, 0.0), work_budget=5000,
+                              say=lambda s: None)
+    card, top = res.card, max(r["num_facts"] for r in res.card["runs"])
+    assert "beyond V/2 - 1 = 255 keys" in res.stopped and top > 128
+    assert card["status"] == "bound" and card["n50"]["bound"] == "lower"
+    assert card["n50"]["fit_ci"][0] == 0.0 and card["n50"]["ci"] == [float(top), None]
+    assert f"N50 ≥ {top}, the largest N_f whose median run" in card["why"]
+    assert f"≥ {top} (a lower bound)" in run_card_render.headline(card)
+
+
 def test_one_failure_at_two_facts_does_not_end_the_card():
     """N50 = 2.5: every cell above N_f = 2 is under q = 1/2, and a failed run at N_f = 2
     pulls the median of its two runs under too; the search runs N_f = 2 again instead of

@@ -19,7 +19,9 @@ least :data:`MIN_OBSERVED` runs are uncensored, and the N50 interval spans at mo
 since the search stops at the first narrow one (coverage at the stop is measured on
 synthetic cards: benchmarks/card_looks.py); ``simulated`` names the fitted values that
 lie outside the shapes where that coverage is simulated.  Else a **bound** on the side the
-cells leave open, or **no recall** when no run is above its guess.  The state's shape (the adapter's
+cells leave open (where the fit leaves that end open too, as runs at the ceiling do, the
+cells' edge: N50 ≥ the largest N_f whose median run recalls at least half), or **no
+recall** when no run is above its guess.  The state's shape (the adapter's
 ``state_shape()``, whose product is S) stands beside S; None when the adapter does not know
 it.
 """
@@ -181,8 +183,15 @@ def build_run_card(records: Iterable[Mapping], *, delta: float = 0.01,
     crit = {"bracketed": f.bracketed, "observed": f.n_observed >= MIN_OBSERVED,
             "spread": spread <= MAX_SPREAD}
     measured = all(crit.values())
-    card.update(status="measured" if measured else "bound",
-                why=None if measured else _why(crit, f, spread, ok),
+    side = None if measured else _side(ok, f)
+    closed = _open_end(side, lo, hi, ok)
+    why = None if measured else _why(crit, f, spread, ok)
+    if closed != (lo, hi):
+        why += (f"; N50 ≥ {closed[0]:g}, the largest N_f whose median run recalls at least half"
+                if side == "lower" else
+                f"; N50 ≤ {closed[1]:g}, the smallest N_f whose median run recalls less than half")
+    lo, hi = closed
+    card.update(status="measured" if measured else "bound", why=why,
                 criteria={"bracketed": f.bracketed, "observed_runs": f.n_observed,
                           "spread": None if math.isinf(spread) else spread,
                           "max_spread": MAX_SPREAD, "min_observed": MIN_OBSERVED},
@@ -191,7 +200,7 @@ def build_run_card(records: Iterable[Mapping], *, delta: float = 0.01,
                 simulated={**{k: list(v) for k, v in SIMULATED.items()},
                            "outside": outside_simulated(f)},
                 n50={"value": f.n50, "ci": [lo, None if math.isinf(hi) else hi],
-                     "bound": None if measured else _side(ok, f), "widening": WIDEN,
+                     "bound": side, "widening": WIDEN,
                      "fit_ci": [f.n50_ci[0], None if math.isinf(f.n50_ci[1]) else f.n50_ci[1]]})
     card.update(_derived(f.n50, (lo, hi), d, vocab, state, bits))
     card["law"] = _law_beside(ok, d, vocab, f.n50)
@@ -227,18 +236,35 @@ def _derived(n50, ci, d, vocab, state, bits) -> dict:
     return out
 
 
+def _medians(ok) -> dict[int, float]:
+    """Each N_f's median run, in q (the share of queries recalled above the guess)."""
+    q: dict[int, list[float]] = {}
+    for r in ok:
+        q.setdefault(r["num_facts"], []).append((r["accuracy"] - r["guess"]) / (1 - r["guess"]))
+    return {n: float(np.median(v)) for n, v in q.items()}
+
+
 def _side(ok, f) -> str:
     """The side an unmeasured N50 is bounded on: "lower" when no cell's median run is
     below q = 1/2 (the capacity may lie beyond the cells), "upper" when none is above."""
-    meds = {}
-    for r in ok:
-        meds.setdefault(r["num_facts"], []).append((r["accuracy"] - r["guess"]) / (1 - r["guess"]))
-    m = [float(np.median(v)) for v in meds.values()]
+    m = _medians(ok).values()
     if min(m) >= 0.5:
         return "lower"
     if max(m) < 0.5:
         return "upper"
     return "interval"
+
+
+def _open_end(side, lo: float, hi: float, ok) -> tuple[float, float]:
+    """A bound's interval, its open end closed by the cells where the fit leaves it open
+    (runs at the ceiling carry no slope): a lower bound's end at 0 becomes the largest N_f
+    whose median run recalls at least half, an upper bound's at ∞ the smallest N_f whose
+    median run recalls less."""
+    if side == "lower" and lo <= 0:
+        lo = float(max(n for n, q in _medians(ok).items() if q >= 0.5))
+    elif side == "upper" and not math.isfinite(hi):
+        hi = float(min(n for n, q in _medians(ok).items() if q < 0.5))
+    return lo, hi
 
 
 def _why(crit, f, spread, ok) -> str:
