@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 from recallbench.api.errors import ConfigError
 from recallbench.cli import leaderboard_reseed
@@ -344,42 +343,6 @@ def _validate(args) -> int:
     return 0
 
 
-def _verify(args) -> int:
-    from recallbench import leaderboard as lb
-
-    if args.sample < 1:
-        raise ConfigError(f"--sample {args.sample}: must be >= 1")
-    if args.seed is not None and not 0 <= args.seed < 2 ** 32:
-        raise ConfigError(f"--seed {args.seed}: must be in [0, 2**32)")
-    from recallbench.leaderboard.validate import find_suite_for
-
-    if Path(args.file).is_dir():
-        raise ConfigError(f"{args.file}: a folder; verify takes one submission .yaml file")
-    # everything but the cards first, so that a mistake in the other arguments is said
-    # before the cards are replayed (a minute for a noisy layer's)
-    (entry,) = lb.check_files([args.file], check_scores=False)
-    if entry.error:
-        raise ConfigError(entry.error)
-    suite = lb.load_suite(find_suite_for(entry.path))
-
-    def replayed() -> None:
-        lb.validate_file(entry.path)
-
-    if args.reseed or args.seeds or args.store or args.write or args.from_reseeding \
-            or args.budget:
-        return leaderboard_reseed.reseed_command(args, entry, suite, replayed)
-    replayed()
-    rows = lb.verify(entry.sub, suite, args.sample, seed=args.seed, device=args.device,
-                     log=lambda m: print(m, flush=True))
-    bad = [r for r in rows if not r["ok"]]
-    if bad:
-        print(f"verify FAILED: {len(bad)} of {len(rows)} re-run point(s) disagree beyond "
-              f"the suite's tolerance {suite.tolerance}")
-        return 1
-    print(f"verify ok: {len(rows)} re-run point(s) agree within {suite.tolerance}")
-    return 0
-
-
 def _render(args) -> int:
     from recallbench import leaderboard as lb
 
@@ -404,5 +367,5 @@ def _states(args) -> int:
 
 
 def command(args) -> int:
-    return {"run": _run, "validate": _validate, "verify": _verify, "render": _render,
+    return {"run": _run, "validate": _validate, "verify": leaderboard_reseed.verify_command, "render": _render,
             "states": _states}[args.action](args)

@@ -1,5 +1,6 @@
-"""``recallbench leaderboard verify --reseed`` and the re-seedings ``validate`` checks.
+"""``recallbench leaderboard verify`` (``--reseed`` too) and the re-seedings ``validate`` checks.
 
+``verify_command``: a submission's sampled points re-run, or its cards re-seeded.
 ``reseed_command``: each card of a method-2 submission re-run from disjoint seeds
 (:mod:`recallbench.leaderboard.capacity.reseed`), printed with its agreement, exit 1 when a
 card disagrees; with ``--write FILE`` kept as a re-seeding document
@@ -35,6 +36,44 @@ def validate_reseeds(files: list[str], entries, *, check_scores: bool = True) ->
                 print(f"ok {path}: re-seeding of {target[0].name} with seeds "
                       f"{', '.join(map(str, doc['reseed_of']['seeds']))}")
     return errors
+
+
+def verify_command(args) -> int:
+    """``leaderboard verify FILE``: sampled points re-run, or with ``--reseed`` each card
+    re-run from disjoint seeds (``reseed_command``)."""
+    from recallbench import leaderboard as lb
+
+    if args.sample < 1:
+        raise ConfigError(f"--sample {args.sample}: must be >= 1")
+    if args.seed is not None and not 0 <= args.seed < 2 ** 32:
+        raise ConfigError(f"--seed {args.seed}: must be in [0, 2**32)")
+    from recallbench.leaderboard.validate import find_suite_for
+
+    if Path(args.file).is_dir():
+        raise ConfigError(f"{args.file}: a folder; verify takes one submission .yaml file")
+    # everything but the cards first, so that a mistake in the other arguments is said
+    # before the cards are replayed (a minute for a noisy layer's)
+    (entry,) = lb.check_files([args.file], check_scores=False)
+    if entry.error:
+        raise ConfigError(entry.error)
+    suite = lb.load_suite(find_suite_for(entry.path))
+
+    def replayed() -> None:
+        lb.validate_file(entry.path)
+
+    if args.reseed or args.seeds or args.store or args.write or args.from_reseeding \
+            or args.budget:
+        return reseed_command(args, entry, suite, replayed)
+    replayed()
+    rows = lb.verify(entry.sub, suite, args.sample, seed=args.seed, device=args.device,
+                     log=lambda m: print(m, flush=True))
+    bad = [r for r in rows if not r["ok"]]
+    if bad:
+        print(f"verify FAILED: {len(bad)} of {len(rows)} re-run point(s) disagree beyond "
+              f"the suite's tolerance {suite.tolerance}")
+        return 1
+    print(f"verify ok: {len(rows)} re-run point(s) agree within {suite.tolerance}")
+    return 0
 
 
 def reseed_command(args, entry, suite, replayed) -> int:
