@@ -57,14 +57,10 @@ def verify_command(args) -> int:
     if entry.error:
         raise ConfigError(entry.error)
     suite = lb.load_suite(find_suite_for(entry.path))
-
-    def replayed() -> None:
-        lb.validate_file(entry.path)
-
     if args.reseed or args.seeds or args.store or args.write or args.from_reseeding \
             or args.budget:
-        return reseed_command(args, entry, suite, replayed)
-    replayed()
+        return reseed_command(args, entry, suite)
+    lb.validate_file(entry.path)  # the cards, replayed
     rows = lb.verify(entry.sub, suite, args.sample, seed=args.seed, device=args.device,
                      log=lambda m: print(m, flush=True))
     bad = [r for r in rows if not r["ok"]]
@@ -76,10 +72,10 @@ def verify_command(args) -> int:
     return 0
 
 
-def reseed_command(args, entry, suite, replayed) -> int:
+def reseed_command(args, entry, suite) -> int:
     """``verify --reseed``: each card re-run from disjoint seeds (``leaderboard.reseed``),
     with ``--write`` kept as a re-seeding document (``capacity.reseed_docs``).  ``entry``
-    is checked less its cards; ``replayed()`` checks them, once the arguments are."""
+    is checked less its cards; they are replayed once the arguments are checked."""
     from recallbench import leaderboard as lb
     from recallbench.leaderboard.capacity.reseed import check_budgets, check_reseedable, reseed
 
@@ -108,7 +104,7 @@ def reseed_command(args, entry, suite, replayed) -> int:
             raise ConfigError(f"--write {exc}") from None
         check_writable(out, "--write")
     earlier = _reseeding(args, suite, seeds) if args.from_reseeding else None
-    replayed()
+    lb.validate_file(entry.path)  # the cards, replayed
     if earlier is not None:
         seeds = _import(args, entry.sub, earlier)
     rows = reseed(entry.sub, suite, args.store, seeds=seeds, budgets=budgets,

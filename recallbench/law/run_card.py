@@ -22,8 +22,7 @@ lie outside the shapes where that coverage is simulated.  Else a **bound** on th
 cells leave open (where the fit leaves that end open too, as runs at the ceiling do, the
 cells' edge: N50 ≥ the largest N_f whose median run recalls at least half), or **no
 recall** when no run is above its guess.  The state's shape (the adapter's
-``state_shape()``, whose product is S) stands beside S; None when the adapter does not know
-it.
+``state_shape()``, whose product is S; None when not known) stands beside S.
 """
 from __future__ import annotations
 
