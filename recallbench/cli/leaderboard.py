@@ -367,5 +367,5 @@ def _states(args) -> int:
 
 
 def command(args) -> int:
-    return {"run": _run, "validate": _validate, "verify": leaderboard_reseed.verify_command, "render": _render,
-            "states": _states}[args.action](args)
+    return {"run": _run, "validate": _validate, "verify": leaderboard_reseed.verify_command,
+            "render": _render, "states": _states}[args.action](args)

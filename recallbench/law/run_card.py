@@ -182,8 +182,9 @@ def build_run_card(records: Iterable[Mapping], *, delta: float = 0.01,
     crit = {"bracketed": f.bracketed, "observed": f.n_observed >= MIN_OBSERVED,
             "spread": spread <= MAX_SPREAD}
     measured = all(crit.values())
-    side = None if measured else _side(ok, f)
-    closed = _open_end(side, lo, hi, ok)
+    meds = _medians(ok)
+    side = None if measured else _side(meds)
+    closed = _open_end(side, lo, hi, meds)
     why = None if measured else _why(crit, f, spread, ok)
     if closed != (lo, hi):
         why += (f"; N50 ≥ {closed[0]:g}, the largest N_f whose median run recalls at least half"
@@ -243,10 +244,11 @@ def _medians(ok) -> dict[int, float]:
     return {n: float(np.median(v)) for n, v in q.items()}
 
 
-def _side(ok, f) -> str:
-    """The side an unmeasured N50 is bounded on: "lower" when no cell's median run is
-    below q = 1/2 (the capacity may lie beyond the cells), "upper" when none is above."""
-    m = _medians(ok).values()
+def _side(meds: dict[int, float]) -> str:
+    """The side an unmeasured N50 is bounded on, from the cells' ``_medians``: "lower" when
+    no cell's median run is below q = 1/2 (the capacity may lie beyond the cells), "upper"
+    when none is above."""
+    m = meds.values()
     if min(m) >= 0.5:
         return "lower"
     if max(m) < 0.5:
@@ -254,15 +256,15 @@ def _side(ok, f) -> str:
     return "interval"
 
 
-def _open_end(side, lo: float, hi: float, ok) -> tuple[float, float]:
+def _open_end(side, lo: float, hi: float, meds: dict[int, float]) -> tuple[float, float]:
     """A bound's interval, its open end closed by the cells where the fit leaves it open
     (runs at the ceiling carry no slope): a lower bound's end at 0 becomes the largest N_f
     whose median run recalls at least half, an upper bound's at ∞ the smallest N_f whose
     median run recalls less."""
     if side == "lower" and lo <= 0:
-        lo = float(max(n for n, q in _medians(ok).items() if q >= 0.5))
+        lo = float(max(n for n, q in meds.items() if q >= 0.5))
     elif side == "upper" and not math.isfinite(hi):
-        hi = float(min(n for n, q in _medians(ok).items() if q < 0.5))
+        hi = float(min(n for n, q in meds.items() if q < 0.5))
     return lo, hi
 
 
