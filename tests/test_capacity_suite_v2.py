@@ -294,6 +294,10 @@ def test_the_board_ranks_by_n50_per_kbit_and_lists_bounds_apart(board2):
     assert "why: too few runs" in text
     page = capacity_board.page_html(suite, rows, {})
     assert page.count('<article class="card"') == 5
+    # every card, ranked or apart, links from the README to its cells and figure on the page
+    links = re.findall(r"\[([^\]]+)\]\(index\.html#([^)]+)\)", text)
+    assert sorted(name for name, _ in links if name != "card") == ["low", "mid", "top", "wide"]
+    assert len(links) == 5 and all(f'id="{anchor}"' in page for _, anchor in links)
 
 
 # -- method 1 unchanged --------------------------------------------------------------------

@@ -194,12 +194,18 @@ def render_markdown(suite: Suite, rows: list[dict], reseeds: list[dict] = ()) ->
     lines += ["", f"![{board_figure.ALT}]({board_figure.FIGURE})", "", RANKING_NOTE]
     for b in suite.budgets:
         model = ", ".join(f"{k}={v}" for k, v in b["model"].items())
-        body = [ranked_cells(r) for r in ranked(rows, b["name"])] or [["–"] * len(HEAD)]
-        lines += ["", f"## {md(b['name'])} ({md(model)})", ""] + _md_table(HEAD, body)
+        mine = ranked(rows, b["name"])
+        body = [ranked_cells(r) for r in mine] or [["–"] * len(HEAD)]
+        table = _md_table(HEAD, body)
+        if mine:  # each model names its card on the page: the cells and the figure
+            table[2:] = [_md_row([_card_link(r, c) if j == 1 else md(c)
+                                  for j, c in enumerate(cells)]) for r, cells in zip(mine, body)]
+        lines += ["", f"## {md(b['name'])} ({md(model)})", ""] + table
         for kind, title in APART:
             if apart(rows, b["name"], kind):
                 lines += ["", f"{title}:", ""]
-                lines += [f"- {md(apart_text(r))}" for r in apart(rows, b["name"], kind)]
+                lines += [f"- {md(apart_text(r))} ({_card_link(r, 'card')})"
+                          for r in apart(rows, b["name"], kind)]
     shapes = shapes_docs.groups(suite, rows)
     if shapes:
         lines += ["", "## State shapes at the same S", "", shapes_docs.NOTE, ""]
@@ -214,7 +220,7 @@ def render_markdown(suite: Suite, rows: list[dict], reseeds: list[dict] = ()) ->
               "(../../docs/capacity.md).", "",
               "Each card's figure (every run's share above the guess against N_f, the fitted "
               "line and N50) and its cells: `index.html` (self-contained; open it in a "
-              "browser).", "",
+              "browser), where each model's name above leads.", "",
               "Submissions (in `submissions/`; check with `recallbench leaderboard validate`):", ""]
     for f in dict.fromkeys(r["file"] for r in rows):
         r = next(x for x in rows if x["file"] == f)
@@ -236,6 +242,15 @@ def _cell_rows(card: Mapping) -> list[list[str]]:
     return [[str(c["num_facts"]), text_of(c.get("seq_len")), str(c.get("runs")),
              str(c.get("failed")), acc(c.get("median")), acc(c.get("min")), acc(c.get("max")),
              num(c.get("guess")), str(c.get("at_guess"))] for c in card.get("cells") or []]
+
+
+def _md_row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _card_link(r: Mapping, text: str) -> str:
+    """A Markdown link from ``text`` to the row's card on the board's page."""
+    return f"[{md(text)}]({PAGE}#{card_id(r)})"
 
 
 def card_id(r: Mapping) -> str:
