@@ -274,8 +274,10 @@ def _with(card, per_kbit, lo, hi, **changes):
 def test_the_board_ranks_by_n50_per_kbit_and_lists_bounds_apart(board2):
     suite, path, sub, _ = board2
     card = _card(sub)
-    made = {"top": _with(card, 4.0, 3.5, 4.5), "mid": _with(card, 1.8, 1.0, 2.0),
-            "wide": _with(card, 2.0, 1.5, 3.0), "low": _with(card, 0.15, 0.1, 0.2),
+    made = {"top": _with(card, 4.0, 3.5, 4.5, cpu_s=600.0, work_mtok=20.0),
+            "mid": _with(card, 1.8, 1.0, 2.0, cpu_s=60.0, work_mtok=5.5),
+            "wide": _with(card, 2.0, 1.5, 3.0, cpu_s=1800.0, work_mtok=100.0),
+            "low": _with(card, 0.15, 0.1, 0.2, cpu_s=240.0, work_mtok=4.5),
             "bound": {**_with(card, 9.0, 8.0, None), "status": "bound", "why": "too few runs",
                       "n50": {**card["n50"], "bound": "lower", "ci": [30.0, None]}}}
     subs = [(path.with_name(f"{k}.yaml"),
@@ -292,6 +294,10 @@ def test_the_board_ranks_by_n50_per_kbit_and_lists_bounds_apart(board2):
     assert shape and (f"- bound (designed), S = 512 ({shape}): N50 ≥ 30, N50 per kbit ≥ 8, "
                       "S_eff/S ≥") in text
     assert "why: too few runs" in text
+    cpu_min = [c.get("cpu_s") / 60 for c in made.values()]  # the bound's card keeps its own
+    assert (f"In all: 5 cards, {130.0 + made['bound']['work_mtok']:,.0f} Mtok of training and "
+            f"{sum(cpu_min) / 60:.1f} CPU-hours") in text
+    assert f"the median card took {float(np.median(cpu_min)):.3g} CPU-min." in text
     page = capacity_board.page_html(suite, rows, {})
     assert page.count('<article class="card"') == 5
     # every card, ranked or apart, links from the README to its cells and figure on the page

@@ -16,6 +16,7 @@ built in ``page``'s frame, each card's figure drawn by ``law.run_card_render.dra
 from __future__ import annotations
 
 import base64
+import statistics
 from pathlib import Path
 from typing import Mapping
 
@@ -167,6 +168,18 @@ def work_table(suite: Suite, rows: list[dict]) -> tuple[list[str], list[list[str
             "CPU min, all budgets"], body
 
 
+def work_summary(rows: list[dict]) -> str:
+    """The board's cards in all: their work, CPU time and the median card's CPU time."""
+    if not rows:
+        return ""
+    cpu = [(r["card"].get("cpu_s") or 0.0) / 60 for r in rows]
+    median = statistics.median(cpu)
+    work = sum(r["card"].get("work_mtok") or 0.0 for r in rows)
+    return (f"In all: {len(rows)} cards, {work:,.0f} Mtok of training and {sum(cpu) / 60:.1f} "
+            f"CPU-hours, summed over the machines the cards name; the median card took "
+            f"{num(median)} CPU-min.")
+
+
 def intro_items(suite: Suite) -> list[tuple[str, str]]:
     d, s = suite.data, settings(suite)
     lo, hi = suite.facts_range()
@@ -213,6 +226,7 @@ def render_markdown(suite: Suite, rows: list[dict], reseeds: list[dict] = ()) ->
     head, body = work_table(suite, rows)
     lines += ["", "## Training work and CPU time per adapter", ""]
     lines += _md_table(head, body or [["–"] * len(head)])
+    lines += ["", md(work_summary(rows))] if rows else []
     if reseeds:
         lines += ["", "## Re-seeded cards", "", reseed_docs.NOTE, ""]
         lines += _md_table(reseed_docs.HEAD, reseed_docs.table(reseeds))
@@ -328,6 +342,7 @@ def page_html(suite: Suite, rows: list[dict], pngs: Mapping | None,
     head, work = work_table(suite, rows)
     body += ['<h2 id="work">Training work and CPU time per adapter</h2>',
              _html_table(head, work or [["–"] * len(head)], (0, 1))]
+    body += [f'<p class="note">{_e(work_summary(rows))}</p>'] if rows else []
     if reseeds:
         body += ['<h2 id="reseeds">Re-seeded cards</h2>',
                  f'<p class="note">{_e(reseed_docs.NOTE.replace("`", ""))}</p>',
