@@ -125,7 +125,8 @@ def test_a_shape_runs_submits_validates_and_joins_the_shapes_table(shaped, cli):
     row = [x for x in readme.split("## State shapes")[1].splitlines() if x.startswith("| D32")]
     assert len(row) == 1 and "| designed (key 8 × value 64) |" in row[0]
     assert row[0].endswith("| highest: above every other shape's interval |")  # key 8's
-    assert "| designed-key-4 | designed | 512 (key 4 × value 128) |" in readme  # ranked too
+    assert ("| [designed-key-4](index.html#card-designed-key-4.yaml-D32-N8) | designed | "
+            "512 (key 4 × value 128) |") in readme  # ranked too, linked to its card
 
 
 @pytest.mark.parametrize("edit, match", [
