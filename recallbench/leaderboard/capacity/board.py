@@ -206,9 +206,10 @@ def _step_text(cap) -> str:
     return text
 
 
-def _md_table(head, body) -> list[str]:
+def _md_table(head, body, escape=md) -> list[str]:
+    """A Markdown table; ``escape=str`` for cells already written as Markdown."""
     lines = ["| " + " | ".join(md(h) for h in head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
-    return lines + ["| " + " | ".join(md(x) for x in cells) + " |" for cells in body]
+    return lines + ["| " + " | ".join(escape(x) for x in cells) + " |" for cells in body]
 
 
 def render_markdown(suite: Suite, rows: list[dict]) -> str:

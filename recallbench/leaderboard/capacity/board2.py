@@ -169,9 +169,8 @@ def work_table(suite: Suite, rows: list[dict]) -> tuple[list[str], list[list[str
 
 
 def work_summary(rows: list[dict]) -> str:
-    """The board's cards in all: their work, CPU time and the median card's CPU time."""
-    if not rows:
-        return ""
+    """The board's cards in all (``rows``: at least one): their work, CPU time and the median
+    card's CPU time."""
     cpu = [(r["card"].get("cpu_s") or 0.0) / 60 for r in rows]
     median = statistics.median(cpu)
     work = sum(r["card"].get("work_mtok") or 0.0 for r in rows)
@@ -207,13 +206,10 @@ def render_markdown(suite: Suite, rows: list[dict], reseeds: list[dict] = ()) ->
     lines += ["", f"![{board_figure.ALT}]({board_figure.FIGURE})", "", RANKING_NOTE]
     for b in suite.budgets:
         model = ", ".join(f"{k}={v}" for k, v in b["model"].items())
-        mine = ranked(rows, b["name"])
-        body = [ranked_cells(r) for r in mine] or [["–"] * len(HEAD)]
-        table = _md_table(HEAD, body)
-        if mine:  # each model names its card on the page: the cells and the figure
-            table[2:] = [_md_row([_card_link(r, c) if j == 1 else md(c)
-                                  for j, c in enumerate(cells)]) for r, cells in zip(mine, body)]
-        lines += ["", f"## {md(b['name'])} ({md(model)})", ""] + table
+        # each model links to its card on the page: the cells and the figure
+        body = [[_card_link(r, c) if j == 1 else md(c) for j, c in enumerate(ranked_cells(r))]
+                for r in ranked(rows, b["name"])] or [["–"] * len(HEAD)]
+        lines += ["", f"## {md(b['name'])} ({md(model)})", ""] + _md_table(HEAD, body, str)
         for kind, title in APART:
             if apart(rows, b["name"], kind):
                 lines += ["", f"{title}:", ""]
@@ -256,10 +252,6 @@ def _cell_rows(card: Mapping) -> list[list[str]]:
     return [[str(c["num_facts"]), text_of(c.get("seq_len")), str(c.get("runs")),
              str(c.get("failed")), acc(c.get("median")), acc(c.get("min")), acc(c.get("max")),
              num(c.get("guess")), str(c.get("at_guess"))] for c in card.get("cells") or []]
-
-
-def _md_row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
 
 
 def _card_link(r: Mapping, text: str) -> str:
