@@ -31,7 +31,7 @@ over the truth); the share measured; the median interval spread (upper / lower; 
 the upper bound is infinite); the median training work (millions of tokens: Σ steps ×
 batch × seq_len) and runs.  Then the CPU time per card.  A card's draw depends only on
 ``--seed`` and its index, so ``--jobs`` does not change the table.  ``--out`` writes one
-JSON line per card (its truth, interval, status, work, runs).
+JSON line per card (its truth, interval, status, work, runs, fitted slope and tau).
 """
 from __future__ import annotations
 
@@ -136,7 +136,9 @@ def search_card(truth, rng, work_budget=None, shared=False, max_batches=None) ->
     work = card.get("work_mtok")
     return {"status": card.get("status"), "n50": n50.get("value"), "lo": lo, "hi": hi,
             "runs": run_cell.runs, "work_mtok": run_cell.work_mtok if work is None else work,
-            "runner_mtok": run_cell.work_mtok, "stopped": str(res.stopped)}
+            "runner_mtok": run_cell.work_mtok, "stopped": str(res.stopped),
+            "slope_hat": (card.get("fit") or {}).get("slope"),
+            "tau_hat": (card.get("fit") or {}).get("tau")}
 
 
 def one_card(job) -> dict:
