@@ -71,7 +71,9 @@ HOW_TO_READ = (
     "outside the shapes at which the interval's coverage is simulated (slope "
     f"{_span('slope')} in ln N_f, run-to-run SD {_span('tau')} probit, failure rate "
     f"{_span('failure_rate')}); its card names which (at a slope near 0.7 and a run SD near "
-    "0.5, measured cards covered in about 90%).")
+    "0.5, measured cards covered in about 90%; a fitted slope above the range on noisy runs "
+    "can be chance's overestimate of a shallow line, and where it was, in simulation, "
+    "cards that stopped early on it covered in 4 of 10: docs/results/capacity).")
 
 
 def _kind(card: Mapping, state) -> str:
