@@ -133,12 +133,11 @@ def search_card(truth, rng, work_budget=None, shared=False, max_batches=None) ->
     ci = n50.get("ci") or [None, None]
     lo = 0.0 if ci[0] is None else float(ci[0])
     hi = math.inf if ci[1] is None else float(ci[1])
-    work = card.get("work_mtok")
+    work, fit = card.get("work_mtok"), card.get("fit") or {}
     return {"status": card.get("status"), "n50": n50.get("value"), "lo": lo, "hi": hi,
             "runs": run_cell.runs, "work_mtok": run_cell.work_mtok if work is None else work,
             "runner_mtok": run_cell.work_mtok, "stopped": str(res.stopped),
-            "slope_hat": (card.get("fit") or {}).get("slope"),
-            "tau_hat": (card.get("fit") or {}).get("tau")}
+            "slope_hat": fit.get("slope"), "tau_hat": fit.get("tau")}
 
 
 def one_card(job) -> dict:
