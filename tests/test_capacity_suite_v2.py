@@ -164,6 +164,18 @@ def test_submit_refuses_an_interrupted_method_2_search(board2, cli, tmp_path):
     assert not out.exists()
 
 
+def test_an_unfinished_card_names_the_command_that_finishes_it(board2):
+    """A submission's search is finished by the run that made it (its shape flag kept); a
+    re-seeding's by the verify that re-seeds the submission, from the re-seeding's file."""
+    suite = board2[0]
+    run = capacity_suite._finish(suite, "deltanet", {"term": "key", "value": 32})
+    assert f"`recallbench leaderboard run --suite {suite.dir} --adapter deltanet --shape " \
+           "key=32 --store STORE` with the same store" in run
+    again = capacity_suite._finish(suite, "mamba", None, ("mamba", "r/mamba.yaml"))
+    assert f"`recallbench leaderboard verify {suite.dir}/submissions/mamba.yaml --reseed " \
+           "--store STORE --from-reseeding r/mamba.yaml --write NEW_FILE`" in again
+
+
 def test_a_dry_run_states_the_work_budget_and_the_store_s_work(board2, cli, tmp_path):
     suite, _, _, store = board2
     before = (store / "results.jsonl").read_bytes()

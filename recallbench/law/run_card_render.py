@@ -42,6 +42,8 @@ def _value(entry: Mapping | None, bound: str | None) -> str:
         return f"≥ {num(lo)} (a lower bound)"
     if bound == "upper":
         return f"≤ {'∞' if hi is None else num(hi)} (an upper bound)"
+    if bound == "interval":
+        return f"unresolved in {interval(entry.get('ci'))} (not a measurement)"
     return f"{num(entry.get('value'))} {interval(entry.get('ci'))}"
 
 

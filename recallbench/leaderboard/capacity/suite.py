@@ -219,10 +219,17 @@ def unfinished(result) -> bool:
     return result.stopped.startswith(UNFINISHED)
 
 
-def _finish(suite: Suite, adapter: str) -> str:
+def _finish(suite: Suite, adapter: str, shape: Mapping | None = None,
+            reseeding: tuple[str, str] | None = None) -> str:
+    """How to finish an unfinished search: the run that made it, or (``reseeding``: the
+    model's name and the re-seeding's file) the verify that re-seeds it."""
+    if reseeding:
+        return (f"an unfinished search is not a card: rerun `recallbench leaderboard verify "
+                f"{suite.dir}/submissions/{reseeding[0]}.yaml --reseed --store STORE "
+                f"--from-reseeding {reseeding[1]} --write NEW_FILE` to finish it")
     return (f"an unfinished search is not a card: rerun `recallbench leaderboard run --suite "
-            f"{suite.dir} --adapter {adapter} --store STORE` with the same store to finish it, "
-            "then submit again")
+            f"{suite.dir} --adapter {adapter}{flag(shape)} --store STORE` with the same store "
+            "to finish it, then submit again")
 
 
 def stored_card(card: Mapping) -> dict:
@@ -253,7 +260,7 @@ def capacity_points(suite: Suite, records: list[Mapping], adapter: str,
              f"the search (run `recallbench leaderboard run --suite {suite.dir} --adapter "
              f"{adapter}{flag(shape)} --store ...`)")
         need(not unfinished(result), f"submit: budget {b['name']}",
-             f"{result.stopped}; {_finish(suite, adapter)}")
+             f"{result.stopped}; {_finish(suite, adapter, shape)}")
         pairs = [({"budget": b["name"], "num_facts": r["config"]["task"]["num_facts"],
                    "seed": r["config"]["train"]["seed"]}, r) for r in result.records]
         card = {**stored_card(result.card), "stopped": result.stopped}
@@ -285,8 +292,10 @@ def check_cards(sub: Mapping, suite: Suite, where: str, records_of: Callable) ->
         need(not extra, bw, f"point N_f={extra[0][0] if extra else ''} seed="
              f"{extra[0][1] if extra else ''} is not a cell the capacity search visits "
              "(a cell chosen by hand, or one after the search stopped)")
-        need(not unfinished(result), bw, f"{result.stopped}; "
-             f"{_finish(suite, sub['model']['adapter'])}")
+        m = sub["model"]
+        again = _finish(suite, m["adapter"], m.get("shape"),
+                        (m.get("name") or m["adapter"], where) if "reseed_of" in sub else None)
+        need(not unfinished(result), bw, f"{result.stopped}; {again}")
         fresh = {**stored_card(result.card), "stopped": result.stopped,
                  **(v2.claimed(card, bw) if v2.is_v2(suite) else {})}
         unknown = [k for k in card if k not in fresh]
