@@ -11,13 +11,14 @@ narrow; the card therefore stretches the fit's interval ``run_card.WIDEN``-fold.
 card of ``benchmarks/card_coverage.py`` (the same truth and the same draws for a ``--seed``
 and index) is searched on past that batch, until the fit's interval spans at most
 ``--floor`` or the batch limit; the fit after every batch (a look) is kept.  Up to the
-card's stop the search is the card search itself, so the card's rule ("widened 1.15"
-below) makes the card ``card_coverage.py`` makes.
+card's stop the search is the card search itself, so the card's rule ("widened 1.15, slope
+at most 3" below) makes the card ``card_coverage.py`` makes.
 
 Printed per rule (stop at the first look with a cell's median run on each side of 1/2, 8
 uncensored runs and the fit's interval within a spread s, k looks in a row; report that
 interval, or with "widened w" that interval stretched w-fold about N50 on the log scale
-and s = 1.3^(1/w), so that the widened one spans at most 1.3): cards measured within the
+and s = 1.3^(1/w), so that the widened one spans at most 1.3; with "slope at most c", no
+stop at a look whose fitted slope exceeds c): cards measured within the
 batch limit, how many of them cover the true N50 (± its binomial standard error), and the
 median runs at the stop.  A rule with s below ``--floor`` is not evaluated.  Then, at the
 card's rule and at the last look, the SD of ln(N50 / truth) over the cards against the
@@ -46,13 +47,19 @@ from recallbench.law import run_card  # noqa: E402
 SPREAD, MIN_OBSERVED = cc.measured_rule()
 #: the card's widening of the fit's interval
 WIDEN = run_card.WIDEN
-#: the rules tabled: (largest spread, looks in a row, widening, n_ref); n_ref > 0: the
-#: widening grows to w·sqrt(n_ref / n) while a look has n < n_ref uncensored runs
-RULES = ((SPREAD, 1, 1.0, 0), (SPREAD, 2, 1.0, 0), (SPREAD, 3, 1.0, 0), (1.28, 1, 1.0, 0),
-         (1.26, 1, 1.0, 0), (1.25, 1, 1.0, 0), (1.24, 1, 1.0, 0), (1.22, 1, 1.0, 0),
-         (1.2, 1, 1.0, 0), *((SPREAD ** (1 / w), 1, w, 0) for w in (1.1, 1.15, 1.2)),
-         (SPREAD ** (1 / WIDEN), 2, WIDEN, 0),
-         *((SPREAD ** (1 / WIDEN), 1, WIDEN, n) for n in (16, 24, 32, 48, 64)))
+#: the card's cap on the fitted slope at a measured stop
+MAX_SLOPE = run_card.MAX_SLOPE
+#: the rules tabled: (largest spread, looks in a row, widening, n_ref, slope cap); n_ref > 0:
+#: the widening grows to w·sqrt(n_ref / n) while a look has n < n_ref uncensored runs; a
+#: look whose fitted slope exceeds the cap does not stop
+RULES = ((SPREAD, 1, 1.0, 0, math.inf), (SPREAD, 2, 1.0, 0, math.inf),
+         (SPREAD, 3, 1.0, 0, math.inf), (1.28, 1, 1.0, 0, math.inf),
+         (1.26, 1, 1.0, 0, math.inf), (1.25, 1, 1.0, 0, math.inf), (1.24, 1, 1.0, 0, math.inf),
+         (1.22, 1, 1.0, 0, math.inf), (1.2, 1, 1.0, 0, math.inf),
+         *((SPREAD ** (1 / w), 1, w, 0, math.inf) for w in (1.1, 1.15, 1.2)),
+         (SPREAD ** (1 / WIDEN), 2, WIDEN, 0, math.inf),
+         *((SPREAD ** (1 / WIDEN), 1, WIDEN, n, math.inf) for n in (16, 24, 32, 48, 64)),
+         *((SPREAD ** (1 / WIDEN), 1, WIDEN, 0, c) for c in (1.6, 1.9, 2.2, 2.5, MAX_SLOPE)))
 FIELDS = ("runs", "status", "n50", "lo", "hi", "spread", "bracketed", "observed", "tau", "slope",
           "test_sd")
 
@@ -107,14 +114,16 @@ def growth(look: dict, n_ref: int) -> float:
     return math.sqrt(n_ref / n) if n_ref and 0 < n < n_ref else 1.0
 
 
-def stop_at(looks: list[dict], spread: float, k: int, n_ref: int = 0) -> dict | None:
+def stop_at(looks: list[dict], spread: float, k: int, n_ref: int = 0,
+            cap: float = math.inf) -> dict | None:
     """The first look ending k looks in a row that are bracketed, with enough uncensored
-    runs, and whose fit's interval spans at most ``spread`` (with ``n_ref``: at most
-    spread^(1/growth), so that the interval widened the more spans as much)."""
+    runs, a fitted slope of at most ``cap``, and whose fit's interval spans at most
+    ``spread`` (with ``n_ref``: at most spread^(1/growth), so that the interval widened the
+    more spans as much)."""
     run = 0
     for look in looks:
         ok = bool(look["bracketed"]) and (look["observed"] or 0) >= MIN_OBSERVED \
-            and look["spread"] is not None \
+            and look["spread"] is not None and (look.get("slope") or 0.0) <= cap \
             and look["spread"] <= spread ** (1 / growth(look, n_ref))
         run = run + 1 if ok else 0
         if run >= k:
@@ -128,15 +137,16 @@ def widened(look: dict, w: float) -> tuple[float, float]:
     return run_card.widened(look["n50"], (look["lo"], look["hi"]), w)
 
 
-def evaluate(rows: list[dict], spread: float, k: int, w: float = 1.0, n_ref: int = 0) -> dict:
-    stops = [(r["truth"]["n50"], stop_at(r["looks"], spread, k, n_ref)) for r in rows]
+def evaluate(rows: list[dict], spread: float, k: int, w: float = 1.0, n_ref: int = 0,
+             cap: float = math.inf) -> dict:
+    stops = [(r["truth"]["n50"], stop_at(r["looks"], spread, k, n_ref, cap)) for r in rows]
     stops = [(t, s) for t, s in stops if s is not None]
     covered = sum(lo <= t <= hi for t, (lo, hi) in
                   ((t, widened(s, w * growth(s, n_ref)) if w != 1.0 else (s["lo"], s["hi"]))
                    for t, s in stops))
     n = len(stops)
     p = covered / n if n else math.nan
-    return {"rule": (spread, k, w, n_ref), "cards": len(rows), "measured": n, "covered": covered,
+    return {"rule": (spread, k, w, n_ref, cap), "cards": len(rows), "measured": n, "covered": covered,
             "coverage": p, "se": math.sqrt(p * (1 - p) / n) if n else math.nan,
             "runs": float(np.median([s["runs"] for _, s in stops])) if n else math.nan,
             "mean_runs": float(np.mean([s["runs"] for _, s in stops])) if n else math.nan}
@@ -146,20 +156,21 @@ def table(rows: list[dict], floor: float) -> str:
     """The rules' rows (one a rule the looks can decide: its spread not below ``floor``,
     its n_ref not above the runs every card was searched on to), then the error lines."""
     floor_runs = min((r.get("floor_runs") or 0 for r in rows), default=0)
-    lines = [f"{'rule: spread, looks':<34} {'measured':>12} {'covered':>9} "
+    lines = [f"{'rule: spread, looks':<52} {'measured':>12} {'covered':>9} "
              f"{'coverage':>15} {'runs':>5} {'mean':>6}"]
-    for spread, k, w, n_ref in RULES:
+    for spread, k, w, n_ref, cap in RULES:
         if spread < floor - 1e-9 or n_ref > floor_runs:
             continue
-        e = evaluate(rows, spread, k, w, n_ref)
+        e = evaluate(rows, spread, k, w, n_ref, cap)
         name = f"{spread:<6.4g} {k:<3d}" + (f" widened {w:g}" if w != 1.0 else "") \
-            + (f", more below {n_ref} runs" if n_ref else "")
-        lines.append(f"{name:<34} {e['measured']:>5} of {e['cards']:<4} "
+            + (f", more below {n_ref} runs" if n_ref else "") \
+            + (f", slope at most {cap:g}" if math.isfinite(cap) else "")
+        lines.append(f"{name:<52} {e['measured']:>5} of {e['cards']:<4} "
                      f"{e['covered']:>9} {e['coverage']:>7.3f} ± {e['se']:.3f} {e['runs']:>5.0f}"
                      f" {e['mean_runs']:>6.1f}")
     card_rule = SPREAD ** (1 / WIDEN)
-    for what, pick, w in (("at the card's rule", lambda r: stop_at(r["looks"], card_rule, 1),
-                           WIDEN), ("at the last look", lambda r: r["looks"][-1], 1.0)):
+    for what, pick, w in (("at the card's rule", lambda r: stop_at(r["looks"], card_rule, 1,
+                                                                   cap=MAX_SLOPE), WIDEN), ("at the last look", lambda r: r["looks"][-1], 1.0)):
         got = [(r["truth"]["n50"], pick(r)) for r in rows]
         got = [(t, s) for t, s in got if s and s["n50"] and s["lo"] and s["hi"]]
         if not got:

@@ -19,11 +19,11 @@ QUIET = (12.0, 1.5, 0.1, 0.0)  # a truth whose cards are measured within a few b
 @pytest.mark.parametrize("index", [0, 1, 2])
 def test_the_cards_rule_stops_where_the_card_search_stops(index):
     """Searched on past its first measured look, a card's first look whose fit's interval,
-    widened as the card widens it, spans at most 1.3 is the card the search itself makes
-    from the same draws: same runs, same interval."""
+    widened as the card widens it, spans at most 1.3 (its fitted slope at most the card's
+    cap) is the card the search itself makes from the same draws: same runs, same interval."""
     w = card_looks.WIDEN
     row = card_looks.one_card((index, 3, QUIET, 24, 300.0, 1.2, 0))
-    stop = card_looks.stop_at(row["looks"], 1.3 ** (1 / w), 1)
+    stop = card_looks.stop_at(row["looks"], 1.3 ** (1 / w), 1, cap=card_looks.MAX_SLOPE)
     own = card_coverage.one_card((index, 3, False, 300.0, 0.0, False, QUIET, 24))
     assert own["status"] == "measured" and stop is not None
     assert stop["runs"] == own["runs"]
@@ -38,7 +38,8 @@ def test_a_card_the_search_leaves_a_bound_has_no_stop_within_the_same_limits():
     own = card_coverage.one_card((0, 3, False, 300.0, 0.0, False, truth, 24))
     row = card_looks.one_card((0, 3, truth, 24, 300.0, 1.2, 0))
     rule = 1.3 ** (1 / card_looks.WIDEN)
-    assert own["status"] == "bound" and card_looks.stop_at(row["looks"], rule, 1) is None
+    assert own["status"] == "bound"
+    assert card_looks.stop_at(row["looks"], rule, 1, cap=card_looks.MAX_SLOPE) is None
     assert row["looks"][-1]["runs"] == own["runs"]
 
 
@@ -55,6 +56,16 @@ def test_a_rule_stops_at_the_first_run_of_k_looks_within_its_spread():
     assert card_looks.stop_at(looks, 1.3, 2)["runs"] == 10  # 1.31 broke the first run
     assert card_looks.stop_at(looks, 1.25, 1)["runs"] == 10
     assert card_looks.stop_at(looks, 1.2, 1) is None
+
+
+def test_a_look_steeper_than_the_cap_is_no_stop():
+    looks = [look(8, 1.2), look(10, 1.25), look(12, 1.28)]
+    for lk, slope in zip(looks, (3.4, 2.0, 1.7)):
+        lk["slope"] = slope
+    assert card_looks.stop_at(looks, 1.3, 1)["runs"] == 8
+    assert card_looks.stop_at(looks, 1.3, 1, cap=card_looks.MAX_SLOPE)["runs"] == 10
+    assert card_looks.stop_at(looks, 1.3, 1, cap=1.9)["runs"] == 12
+    assert card_looks.stop_at(looks, 1.3, 1, cap=1.5) is None
 
 
 def test_a_look_short_of_uncensored_runs_or_unbracketed_is_no_stop():

@@ -221,6 +221,32 @@ def test_a_card_names_the_fitted_values_outside_the_simulated_shapes():
         run_card_render.render_markdown(inside)
 
 
+def _records(nf, k, n):
+    return [{"status": "ok", "correct": int(k[i]), "total": int(n[i]), "converged": True,
+             "stop_reason": "plateau", "state_size": 512, "seed": i, "steps": 2000,
+             "config": {**BASE, "task": {**BASE["task"], "num_facts": int(nf[i]),
+                                         "seq_len": 4 * int(nf[i])},
+                        "train": {**BASE["train"], "seed": i}}} for i in range(len(nf))]
+
+
+def test_a_fit_steeper_than_the_simulated_shapes_is_not_measured(monkeypatch):
+    """A fitted slope above the cap (3, beyond the fits at which simulated cards stopped)
+    narrows the interval where its coverage is not shown: the card is a bound that names the
+    slope, and the slope is the only thing it lacks (with no cap, the same runs are measured)."""
+    rng = np.random.default_rng(3)
+    nf, k, n, _, _ = draws(10.0, 4.5, 0.1, 0.0, [8, 9, 11, 12], 4, rng)
+    card = run_card.build_run_card(_records(nf, k, n))
+    assert card["fit"]["slope"] > run_card.MAX_SLOPE == 3.0
+    assert card["criteria"]["spread"] <= run_card.MAX_SPREAD and card["criteria"]["bracketed"]
+    assert card["status"] == "bound" and card["n50"]["bound"] == "interval"
+    assert f"the fitted slope {card['fit']['slope']:.2f} is steeper than 3," in card["why"]
+    assert "(not a measurement)" in run_card_render.headline(card)
+    line = card_search._progress(card, 9, True, 0.0, 1000.0)  # the search's progress line
+    assert "; N50 unresolved in [" in line and "is steeper than 3," in line
+    monkeypatch.setattr(run_card, "MAX_SLOPE", math.inf)
+    assert run_card.build_run_card(_records(nf, k, n))["status"] == "measured"
+
+
 def test_the_work_budget_stops_the_search_before_a_batch_it_cannot_pay():
     """A budget in tokens: nothing trains past it, and the card says why it stopped."""
     res = card_search.measure(BASE, run_cell=runner(40.0, 1.6, 0.6, 0.05), work_budget=60,

@@ -14,8 +14,9 @@ N_eff the Λ·N whose linear reference (eq. 19, a = 5/4) puts its own 50% point 
 model's N50, N_eff = a·s²·N50/(D − s²), s the 1/σ of p = 1/2 at V (docs/theory.md).  The
 one-parameter law fit stays beside it with its misfit: its slope in ln N_f at N50 against
 the fitted one.  **Measured** when a cell's median run lies on each side of q = 1/2, at
-least :data:`MIN_OBSERVED` runs are uncensored, and the N50 interval spans at most
-:data:`MAX_SPREAD`: the fit's interval stretched :data:`WIDEN`-fold about N50 in ln N_f,
+least :data:`MIN_OBSERVED` runs are uncensored, the fitted slope is at most
+:data:`MAX_SLOPE`, and the N50 interval spans at most :data:`MAX_SPREAD`: the fit's
+interval stretched :data:`WIDEN`-fold about N50 in ln N_f,
 since the search stops at the first narrow one (coverage at the stop is measured on
 synthetic cards: benchmarks/card_looks.py); ``simulated`` names the fitted values that
 lie outside the shapes where that coverage is simulated.  Else a **bound** on the side the
@@ -49,6 +50,11 @@ WIDEN = 1.15
 #: draws its truths here, from cpu-v3's trained cards): slope in ln N_f, run-to-run SD
 #: (probit), failure rate; a card whose fit lies outside says so
 SIMULATED = {"slope": (1.0, 1.9), "tau": (0.0, 0.7), "failure_rate": (0.0, 0.1)}
+#: the steepest fitted slope a measured card may have: beyond the fits at which simulated
+#: cards stopped and covered (benchmarks/card_looks.py, "slope at most"), and beyond every
+#: trained card's; a steeper fit narrows the interval (its width goes as τ/β) where no
+#: coverage is shown, and the search goes on until the slope settles
+MAX_SLOPE = 3.0
 KINDS = ("observed", "at the guess", "at the ceiling", "cut by the cap")
 
 
@@ -180,7 +186,7 @@ def build_run_card(records: Iterable[Mapping], *, delta: float = 0.01,
     lo, hi = widened(f.n50, f.n50_ci)
     spread = hi / lo if lo > 0 and math.isfinite(hi) else math.inf
     crit = {"bracketed": f.bracketed, "observed": f.n_observed >= MIN_OBSERVED,
-            "spread": spread <= MAX_SPREAD}
+            "spread": spread <= MAX_SPREAD, "slope": f.slope <= MAX_SLOPE}
     measured = all(crit.values())
     meds = _medians(ok)
     side = None if measured else _side(meds)
@@ -277,6 +283,9 @@ def _why(crit, f, spread, ok) -> str:
     if not crit["spread"]:
         parts.append("the N50 interval spans a factor "
                      + ("∞" if math.isinf(spread) else f"{spread:.2f}") + f" (at most {MAX_SPREAD})")
+    if not crit["slope"]:
+        parts.append(f"the fitted slope {f.slope:.2f} is steeper than {MAX_SLOPE:g}, where a steep "
+                     "line's narrow interval is not shown to cover")
     return "; ".join(parts)
 
 

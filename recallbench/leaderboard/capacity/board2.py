@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Mapping
 
 from recallbench.law.card_render import estimate, num
-from recallbench.law.run_card import MAX_SPREAD, MIN_OBSERVED, SIMULATED, WIDEN
+from recallbench.law.run_card import MAX_SLOPE, MAX_SPREAD, MIN_OBSERVED, SIMULATED, WIDEN
 from recallbench.law.run_card_render import draw, headline, shape_text
 from recallbench.leaderboard.capacity.board import (APART, BOUND, GROWS, MEASURED, NO_RECALL,
                                                     _ci, _cpu_min, _html_table, _md_table, _state,
@@ -54,7 +54,9 @@ def _span(key: str) -> str:
 HOW_TO_READ = (
     "A card is **measured** when one cell's median run lies above half the queries above "
     f"the guess and another's below, at least {MIN_OBSERVED} runs are uncensored (neither at "
-    "the guess, at the ceiling, nor cut by the step cap), and the N50 interval spans at most "
+    "the guess, at the ceiling, nor cut by the step cap), the fitted slope is at most "
+    f"{MAX_SLOPE:g} in ln N_f (a steeper line narrows the interval beyond any simulated "
+    "card's stop), and the N50 interval spans at most "
     f"a factor {MAX_SPREAD}; that interval is the fit's stretched {WIDEN:g}-fold about N50 "
     "(on the log scale), since the search stops at the first narrow one. Otherwise it is a "
     "**bound**, with why: N50 ≥ a value when every "
@@ -71,9 +73,7 @@ HOW_TO_READ = (
     "outside the shapes at which the interval's coverage is simulated (slope "
     f"{_span('slope')} in ln N_f, run-to-run SD {_span('tau')} probit, failure rate "
     f"{_span('failure_rate')}); its card names which (at a slope near 0.7 and a run SD near "
-    "0.5, measured cards covered in about 90%; a fitted slope above the range on noisy runs "
-    "can be chance's overestimate of a shallow line, and where it was, in simulation, "
-    "cards that stopped early on it covered in 4 of 10: docs/results/capacity).")
+    "0.5, measured cards covered in about 90%: docs/results/capacity).")
 
 
 def _kind(card: Mapping, state) -> str:
