@@ -146,7 +146,8 @@ def evaluate(rows: list[dict], spread: float, k: int, w: float = 1.0, n_ref: int
                    for t, s in stops))
     n = len(stops)
     p = covered / n if n else math.nan
-    return {"rule": (spread, k, w, n_ref, cap), "cards": len(rows), "measured": n, "covered": covered,
+    return {"rule": (spread, k, w, n_ref, cap), "cards": len(rows), "measured": n,
+            "covered": covered,
             "coverage": p, "se": math.sqrt(p * (1 - p) / n) if n else math.nan,
             "runs": float(np.median([s["runs"] for _, s in stops])) if n else math.nan,
             "mean_runs": float(np.mean([s["runs"] for _, s in stops])) if n else math.nan}
@@ -169,8 +170,9 @@ def table(rows: list[dict], floor: float) -> str:
                      f"{e['covered']:>9} {e['coverage']:>7.3f} ± {e['se']:.3f} {e['runs']:>5.0f}"
                      f" {e['mean_runs']:>6.1f}")
     card_rule = SPREAD ** (1 / WIDEN)
-    for what, pick, w in (("at the card's rule", lambda r: stop_at(r["looks"], card_rule, 1,
-                                                                   cap=MAX_SLOPE), WIDEN), ("at the last look", lambda r: r["looks"][-1], 1.0)):
+    ends_at = (("at the card's rule", lambda r: stop_at(r["looks"], card_rule, 1, cap=MAX_SLOPE),
+                WIDEN), ("at the last look", lambda r: r["looks"][-1], 1.0))
+    for what, pick, w in ends_at:
         got = [(r["truth"]["n50"], pick(r)) for r in rows]
         got = [(t, s) for t, s in got if s and s["n50"] and s["lo"] and s["hi"]]
         if not got:
