@@ -107,7 +107,8 @@ def run_capacity_suite(suite: Suite, adapter: str, store: str | Path, *,
         if v2.is_v2(suite):
             result = v2.run(suite, adapter, b, base, store, workers, log, executor)
             cards[b["name"]] = result.card
-            log(f"  {b['name']}: {result.card['status']} ({result.stopped})")
+            why = "" if result.stopped == result.card["status"] else f" ({result.stopped})"
+            log(f"  {b['name']}: {result.card['status']}{why}")
             continue
         log(f"suite {suite.name}, adapter {adapter}, budget {b['name']}: capacity search, "
             f"at most {suite.capacity['max_cells']} cells and "
