@@ -16,10 +16,9 @@ one-parameter law fit stays beside it with its misfit: its slope in ln N_f at N5
 the fitted one.  **Measured** when a cell's median run lies on each side of q = 1/2, at
 least :data:`MIN_OBSERVED` runs are uncensored, the fitted slope is at most
 :data:`MAX_SLOPE`, and the N50 interval spans at most :data:`MAX_SPREAD`: the fit's
-interval stretched :data:`WIDEN`-fold about N50 in ln N_f,
-since the search stops at the first narrow one (coverage at the stop is measured on
-synthetic cards: benchmarks/card_looks.py); ``simulated`` names the fitted values that
-lie outside the shapes where that coverage is simulated.  Else a **bound** on the side the
+interval stretched :data:`WIDEN`-fold about N50 in ln N_f, since the search stops at the
+first narrow one (coverage at the stop: benchmarks/card_looks.py); ``simulated`` names the
+fitted values outside the shapes where that coverage is simulated.  Else a **bound** on the side the
 cells leave open (where the fit leaves that end open too, as runs at the ceiling do, the
 cells' edge: N50 ≥ the largest N_f whose median run recalls at least half), or **no
 recall** when no run is above its guess.  The state's shape (the adapter's
