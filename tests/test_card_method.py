@@ -31,6 +31,15 @@ def draws(n50, slope, tau, fail, cells, reps, rng, units=1024):
     return [np.array(c) for c in zip(*out)]
 
 
+def _records(nf, k, n):
+    """Result records of runs (N_f, correct, total), as the harness writes them."""
+    return [{"status": "ok", "correct": int(k[i]), "total": int(n[i]), "converged": True,
+             "stop_reason": "plateau", "state_size": 512, "seed": i, "steps": 2000,
+             "config": {**BASE, "task": {**BASE["task"], "num_facts": int(nf[i]),
+                                         "seq_len": 4 * int(nf[i])},
+                        "train": {**BASE["train"], "seed": i}}} for i in range(len(nf))]
+
+
 def runner(n50, slope, tau, fail, seed=0):
     """run_cell of the same model, making records as the harness does (three lr candidates
     of 2,000 steps each: the training work)."""
@@ -176,12 +185,7 @@ def test_the_card_widens_the_fits_interval_and_measures_the_widened_one():
         for i, c in enumerate(draws(20.0, 1.3, 0.4, 0.0, [12, 16, 20, 25, 32], 1, rng)):
             runs[i] += list(c)
         nf, k, n, u, g = (np.array(c) for c in runs)
-        records = [{"status": "ok", "correct": int(k[i]), "total": int(n[i]), "converged": True,
-                    "stop_reason": "plateau", "state_size": 512, "seed": i, "steps": 2000,
-                    "config": {**BASE, "task": {**BASE["task"], "num_facts": int(nf[i]),
-                                                "seq_len": 4 * int(nf[i])},
-                               "train": {**BASE["train"], "seed": i}}} for i in range(len(nf))]
-        card = run_card.build_run_card(records)
+        card = run_card.build_run_card(_records(nf, k, n))
         f = runfit.fit_runs(nf, k, n, u, g)
         if not 0 < f.n50_ci[0] < f.n50_ci[1] < math.inf:
             continue
@@ -200,12 +204,7 @@ def test_a_card_names_the_fitted_values_outside_the_simulated_shapes():
     a card of slope 1.3 names nothing and says its fit is inside."""
     rng = np.random.default_rng(1)
     nf, k, n, _, _ = draws(12.0, 0.72, 0.47, 0.0, [6, 8, 10, 12, 15, 19, 24], 24, rng)
-    shallow = run_card.build_run_card([
-        {"status": "ok", "correct": int(k[i]), "total": int(n[i]), "converged": True,
-         "stop_reason": "plateau", "state_size": 512, "seed": i, "steps": 2000,
-         "config": {**BASE, "task": {**BASE["task"], "num_facts": int(nf[i]),
-                                     "seq_len": 4 * int(nf[i])},
-                    "train": {**BASE["train"], "seed": i}}} for i in range(len(nf))])
+    shallow = run_card.build_run_card(_records(nf, k, n))
     assert shallow["status"] == "measured" and shallow["fit"]["slope"] < 1.0
     assert shallow["simulated"]["outside"] == ["slope"]
     assert shallow["simulated"]["slope"] == list(run_card.SIMULATED["slope"])
@@ -221,15 +220,7 @@ def test_a_card_names_the_fitted_values_outside_the_simulated_shapes():
         run_card_render.render_markdown(inside)
 
 
-def _records(nf, k, n):
-    return [{"status": "ok", "correct": int(k[i]), "total": int(n[i]), "converged": True,
-             "stop_reason": "plateau", "state_size": 512, "seed": i, "steps": 2000,
-             "config": {**BASE, "task": {**BASE["task"], "num_facts": int(nf[i]),
-                                         "seq_len": 4 * int(nf[i])},
-                        "train": {**BASE["train"], "seed": i}}} for i in range(len(nf))]
-
-
-def test_a_fit_steeper_than_the_simulated_shapes_is_not_measured(monkeypatch):
+def test_a_fit_steeper_than_the_cap_is_not_measured(monkeypatch):
     """A fitted slope above the cap (3, beyond the fits at which simulated cards stopped)
     narrows the interval where its coverage is not shown: the card is a bound that names the
     slope, and the slope is the only thing it lacks (with no cap, the same runs are measured)."""

@@ -351,12 +351,10 @@ def _progress(card: Mapping, nf: int, trained: bool, spent: float, budget: float
         edge = (f"≥ {lo:.3g}" if n50["bound"] == "lower" and lo else
                 f"≤ {hi:.3g}" if n50["bound"] == "upper" and hi is not None else "")
         text += f"; N50 {edge} (not bracketed yet)".replace("N50  ", "N50 ")
-    elif n50.get("value") is not None and card["status"] == "measured":
-        text += (f"; N50 {n50['value']:.3g} [{lo:.3g}, {'∞' if hi is None else f'{hi:.3g}'}] "
-                 "(measured)")
     elif n50.get("value") is not None:
-        text += (f"; N50 unresolved in [{lo:.3g}, {'∞' if hi is None else f'{hi:.3g}'}]: "
-                 f"{card.get('why')}")
+        ci = f"[{lo:.3g}, {'∞' if hi is None else f'{hi:.3g}'}]"
+        text += (f"; N50 {n50['value']:.3g} {ci} (measured)" if card["status"] == "measured"
+                 else f"; N50 unresolved in {ci}: {card.get('why')}")
     return text + f"; {card['work_mtok']:.0f} of {budget:g} Mtok"
 
 
