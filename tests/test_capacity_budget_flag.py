@@ -28,7 +28,8 @@ def test_one_budget_runs_alone_and_the_other_is_said_to_be_left(cli, tmp_path):
     rc, out, err = cli("leaderboard", "run", "--suite", str(d), "--adapter", "designed",
                        "--store", str(store), "--budget", names[0])
     assert rc == 0, err
-    assert f"budgets left: {names[1]}, then `recallbench submit`" in out
+    assert f"not run here: {names[1]} (`--budget NAME` searches it" in out
+    assert "budgets left" not in out  # the store may hold it: the line does not say it is left
     states = {json.loads(line)["config"]["model"]["d_state"]
               for line in (store / "results.jsonl").read_text().splitlines()}
     assert len(states) == 1  # only the first budget's model trained

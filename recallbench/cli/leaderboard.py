@@ -306,8 +306,9 @@ def _run_capacity(args, suite, extra) -> int:
     rest = [b["name"] for b in suite.budgets if b["name"] not in cards]
     print("done: " + "; ".join(f"{k} {v['status']}" for k, v in cards.items())
           + f" (store {args.store}; "
-          + (f"budgets left: {', '.join(rest)}, then `recallbench submit`)" if rest else
-             "`recallbench submit` writes the submission)"))
+          + (f"not run here: {', '.join(rest)} (`--budget NAME` searches it, or replays it "
+             "when the store holds its card); `recallbench submit` needs every budget)"
+             if rest else "`recallbench submit` writes the submission)"))
     return 0
 
 
