@@ -310,6 +310,14 @@ def test_the_board_ranks_by_n50_per_kbit_and_lists_bounds_apart(board2):
     assert (f"In all: 5 cards, {130.0 + made['bound']['work_mtok']:,.0f} Mtok of training and "
             f"{sum(cpu_min) / 60:.1f} CPU-hours") in text
     assert f"the median card took {float(np.median(cpu_min)):.3g} CPU-min." in text
+    assert "Without the shape entries" not in text  # every card is of a default shape
+    rows[0] = {**rows[0], "shape": {"term": "key", "value": 32}}  # one card as a shape entry
+    core = [r["card"]["cpu_s"] / 60 for r in rows[1:]]
+    alone = capacity_board.render_markdown(suite, rows)
+    assert (f"Without the shape entries and the states that grow with L: 4 cards, "
+            f"{sum(r['card']['work_mtok'] for r in rows[1:]):,.0f} Mtok of training and "
+            f"{sum(core) / 60:.1f} CPU-hours; the median card took "
+            f"{float(np.median(core)):.3g} CPU-min.") in alone
     page = capacity_board.page_html(suite, rows, {})
     assert page.count('<article class="card"') == 5
     # every card, ranked or apart, links from the README to its cells and figure on the page
