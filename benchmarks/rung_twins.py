@@ -31,13 +31,12 @@ import statistics
 import time
 from pathlib import Path
 
-from recallbench.api.canonical import config_hash
 from recallbench.harness.train import run
 from recallbench.law import run_card
 from recallbench.leaderboard import load_suite
 from recallbench.leaderboard.capacity.suite import budget_base
-from recallbench.runs.capacity import cell_config
 from recallbench.runs.store import Store
+from seed_effects import card_runs  # benchmarks/seed_effects.py
 
 
 def twin_config(record: dict, rung: float) -> dict:
@@ -53,8 +52,8 @@ def key(record: dict) -> tuple[int, int]:
 
 def card_line(name: str, card: dict) -> str:
     n50, fit = card["n50"], card.get("fit") or {}
-    ci = n50.get("ci") or (None, None)
-    return (f"{name}: {card['status']}, N50 {n50['value']:.3g} [{ci[0]:.3g}, {ci[1]:.3g}], "
+    ci = [f"{x:.3g}" if x is not None else "open" for x in (n50.get("ci") or (None, None))]
+    return (f"{name}: {card['status']}, N50 {n50['value']:.3g} [{ci[0]}, {ci[1]}], "
             f"slope {fit.get('slope', float('nan')):.2f}, run SD {fit.get('tau', float('nan')):.2f}"
             f", {len(card['runs'])} runs")
 
@@ -73,9 +72,7 @@ def main() -> None:
     b = next(x for x in suite.budgets if x["name"] == args.budget)
     base = budget_base(suite, args.adapter, b)
     records = Store(args.store).read(warn=lambda _: None).records
-    mine = [r for r in records if r.get("status") == "ok" and r.get("config_hash") == config_hash(
-        cell_config(base, r["config"]["task"]["num_facts"], r["config"]["train"]["seed"]))]
-    originals = {key(r): r for r in mine}
+    originals = {key(r): r for r in card_runs(base, records)}
     order = sorted(originals)[: args.limit]
     control = float(base["train"].get("lr_rung"))
     rungs = (control, args.rung)

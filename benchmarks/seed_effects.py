@@ -30,11 +30,15 @@ from recallbench.runs.capacity import cell_config
 from recallbench.runs.store import Store
 
 
+def card_runs(base: dict, records: list[dict]) -> list[dict]:
+    """The store's ok runs that are ``base``'s cells (at their N_f and seed)."""
+    return [r for r in records if r.get("status") == "ok" and r.get("config_hash") == config_hash(
+        cell_config(base, r["config"]["task"]["num_facts"], r["config"]["train"]["seed"]))]
+
+
 def card_of(base: dict, records: list[dict]) -> dict:
     """The card of the store's ok runs that are ``base``'s cells (at their N_f and seed)."""
-    mine = [r for r in records if r.get("status") == "ok" and r.get("config_hash") == config_hash(
-        cell_config(base, r["config"]["task"]["num_facts"], r["config"]["train"]["seed"]))]
-    return run_card.build_run_card(mine)
+    return run_card.build_run_card(card_runs(base, records))
 
 
 def groups(card: dict) -> list[np.ndarray]:
