@@ -122,5 +122,6 @@ def report(args, triples: list[tuple[dict, dict, dict]], control: float, n_card:
         if len(triples) == n_card:
             print("    " + card_line("card", run_card.build_run_card(rs)))
 
+
 if __name__ == "__main__":
     main()

@@ -8,9 +8,9 @@ trained (steps × batch × L, L = 4·N_f, as ``law.run_card.work_tokens`` counts
 work budget): the share spent on the
 candidates that were not chosen, the share of the chosen run past the config's
 ``max_steps`` (its extensions), the runs' CPU minutes, and the lr chosen.  The last line
-sums every card.  Nothing trains; what each share costs a board follows from it: halving
-the rung (``train.lr_rung``) halves the first share, a lower ``max_steps_limit`` cuts
-the second.
+sums every card.  Nothing trains.  What an earlier rung (``train.lr_rung``) would save
+of the first share is measured by ``rung_twins.py``, not read from it: candidates still at
+the guess at a rung all train on to the next.
 """
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from pathlib import Path
 
 import yaml
 
+from recallbench.law import run_card
+
 
 def split(points: list[dict], train: dict) -> dict:
     """Work of a card's ``points`` (its runs) under ``train``: total, dropped candidates,
@@ -28,12 +30,11 @@ def split(points: list[dict], train: dict) -> dict:
     lrs: collections.Counter = collections.Counter()
     for r in points:
         per_step = int(train["batch_size"]) * 4 * int(r["num_facts"])
-        search = r.get("lr_search") or [{"lr": r.get("lr"), "steps": r.get("steps") or 0}]
-        for cand in search:
-            steps = int(cand.get("steps") or 0)
-            total += per_step * steps
+        total += run_card.work_tokens({**r, "config": {"train": train,
+                                                       "task": {"seq_len": 4 * r["num_facts"]}}})
+        for cand in r.get("lr_search") or []:
             if cand["lr"] != r.get("lr"):
-                dropped += per_step * steps
+                dropped += per_step * int(cand.get("steps") or 0)
         extended += per_step * max(0, int(r.get("steps") or 0) - int(train["max_steps"]))
         cpu += float(r.get("cpu_s") or r.get("train_s") or 0.0)
         lrs[r.get("lr")] += 1
