@@ -4,19 +4,19 @@
         leaderboards/cpu-v4/submissions/*.yaml [--spreads 1.3,1.4,1.5,1.75,2]
 
 The card search (``runs.card_search``) stops at the first batch after which its card is
-measured, and a card is measured only when its N50 interval spans at most
-``law.run_card.MAX_SPREAD`` (1.3).  The search is a function of its records, and a run of a
-seed is the same run whenever the search asks for it, so a search stopping at a looser
-spread F visits exactly a prefix of the batches the stored card visited: its first batch
-whose card is measured at F.  This script replays each submitted card (its points rebuilt
-as records, as ``leaderboard validate`` does) with ``MAX_SPREAD`` set to each F, nothing
-trained, and prints per card the runs, work (Mtok) and the runs' CPU minutes up to that
-stop, with the card's N50 and interval there; then per F the board's total, its median
-card, and how many cards are measured.  Shape entries (``model.shape``) and states that
-grow with L are left out (the set the board's cost line compares).  A target looser than
-the stored one can be read this way; a tighter one cannot (the runs past the stored stop
-were never trained), nor does the replay say whether an interval that stops at F still
-covers: ``card_looks.py`` simulates that.
+measured, and a card is measured only when its N50 interval spans at most its target
+(``law.run_card.MAX_SPREAD``, 1.3, unless the suite sets ``capacity.max_spread``).  The
+search is a function of its records, and a run of a seed is the same run whenever the
+search asks for it, so a search stopping at a looser target F visits exactly a prefix of
+the batches the stored card visited: its first batch whose card is measured at F.  This
+script replays each submitted card (its points rebuilt as records, as ``leaderboard
+validate`` does) at each F, nothing trained, and prints per card the runs, work (Mtok) and
+the runs' CPU minutes up to that stop, with the card's N50 and interval there; then per F
+the board's total, its median card, and how many cards are measured.  Shape entries
+(``model.shape``) and states that grow with L are left out (the set the board's cost line
+compares).  A target looser than the stored one can be read this way; a tighter one cannot
+(the runs past the stored stop were never trained), nor does the replay say whether an
+interval that stops at F still covers: ``card_looks.py`` simulates that.
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from recallbench.law import run_card
 from recallbench.leaderboard import load_suite
 from recallbench.leaderboard.capacity import method2
 from recallbench.leaderboard.points import point_records
+from recallbench.runs import card_search
 
 
 def budget_records(sub: dict, budget: dict) -> list[dict]:
@@ -40,13 +41,9 @@ def budget_records(sub: dict, budget: dict) -> list[dict]:
 
 
 def at_spread(suite, budget: dict, records: list[dict], spread: float) -> dict:
-    """The replayed search's stop with the card's largest spread set to ``spread``."""
-    kept = run_card.MAX_SPREAD
-    run_card.MAX_SPREAD = spread
-    try:
-        res = method2.replay(suite, budget["config"], records)
-    finally:
-        run_card.MAX_SPREAD = kept
+    """The replayed search's stop at the N50 interval target ``spread``."""
+    res = card_search.replay(budget["config"], records, seeds=suite.seeds,
+                             **{**method2.settings(suite), "max_spread": spread})
     card, runs = res.card, res.records
     n50 = card.get("n50") or {}
     ci = n50.get("ci") or [None, None]
@@ -73,9 +70,10 @@ def main(argv=None) -> int:
         spreads = [float(s) for s in args.spreads.split(",")]
     except ValueError:
         p.error(f"--spreads: {args.spreads!r} is not a comma-separated list of numbers")
-    if any(s < run_card.MAX_SPREAD for s in spreads):
-        p.error(f"--spreads: each target must be at least {run_card.MAX_SPREAD:g}, the "
-                "stored cards' own (runs past their stop were never trained)")
+    lo, hi = run_card.SPREAD_RANGE
+    if any(not lo <= s <= hi for s in spreads):
+        p.error(f"--spreads: each target must be in [{lo:g}, {hi:g}]: at least the stored "
+                "cards' own (runs past their stop were never trained)")
     suite = load_suite(args.suite)
     rows = []
     for path in args.submissions:

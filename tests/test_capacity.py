@@ -275,6 +275,10 @@ def test_the_card_renders_json_markdown_and_png(tmp_path):
     (["--d-model", "8", "--state-size", "5"], "--state-size"),
     (["--d-model", "8", "--set", "train.batch_size=0"], "train.batch_size"),
     (["--d-model", "8", "--max-step", "1.2"], "--max-step 1.2 is not allowed"),
+    (["--d-model", "8", "--max-spread", "2.5"], "--max-spread 2.5 is not allowed: the N50 "
+                                                "interval's target (upper / lower), a number "
+                                                "in [1.3, 2]"),
+    (["--d-model", "8", "--method", "1", "--max-spread", "1.4"], "--max-spread is for --method 2"),
 ])
 def test_bad_flags_are_one_line_and_nothing_trains(cli, flags, field, tmp_path):
     rc, out, err = cli("capacity", "--adapter", "linear-mamba", "--out", str(tmp_path / "o"),

@@ -203,8 +203,10 @@ def test_a_dry_run_states_the_work_budget_and_the_store_s_work(board2, cli, tmp_
     ({"max_batches": 0}, r"capacity.max_batches = 0 is not allowed: an integer in \[1, 99\]"),
     ({"max_batches": 2.5}, "capacity.max_batches = 2.5 is not allowed"),
     ({"max_step": 1.1}, "capacity.max_step = 1.1 is not allowed"),
+    ({"max_spread": 1.2}, r"capacity.max_spread = 1.2 is not allowed: a number in \[1.3, 2\]"),
     ({"cpu_budget_min": 30}, "capacity.cpu_budget_min is not a key of method 2: a method-2 "
-                             "capacity suite sets method, work_budget_mtok, max_batches, max_step"),
+                             "capacity suite sets method, work_budget_mtok, max_batches, "
+                             "max_step, max_spread"),
 ])
 def test_a_bad_method_2_suite_is_one_line(tmp_path, keys, message):
     with pytest.raises(ConfigError, match=message):

@@ -118,7 +118,7 @@ def test_the_board_marks_a_card_whose_fit_lies_outside_the_simulated_shapes():
         marked = b2.ranked_cells(r)[4].endswith(" †")
         assert marked == (r["model"] == "retnet"), b2.ranked_cells(r)
     assert rows[("retnet", "D32-N4")]["card"]["simulated"]["outside"] == ["slope"]
-    assert "†: the card's fit lies outside the shapes" in b2.HOW_TO_READ
+    assert "†: the card's fit lies outside the shapes" in b2.how_to_read(1.3)
     card = dict(rows[("retnet", "D32-N4")]["card"])
     assert rd._n50([0, 1], card).endswith(" †")
     card["simulated"] = {**card["simulated"], "outside": []}

@@ -61,6 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="method 2: millions of tokens the card may train, those of runs in "
                         "the store included: the same verdict on any machine (default "
                         "300)")
+    p.add_argument("--max-spread", type=float, default=None, metavar="F",
+                   help="method 2: measured once the 95%% N50 interval spans at most F "
+                        "(upper / lower), in [1.3, 2] (default 1.3): docs/capacity.md")
     p.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
                    help="method 2: a wall-time limit; a search it stops is unfinished (exit "
                         "3) and the same command continues it (default none).  Method 1: "
@@ -111,6 +114,7 @@ def _seeds(text: str) -> list[int]:
 def _settle(args) -> None:
     """Each method's defaults for the flags left unset, and the flags of the other method
     refused in one line."""
+    from recallbench.law import run_card
     from recallbench.runs import card_search
 
     method = getattr(args, "method", 1)
@@ -126,6 +130,7 @@ def _settle(args) -> None:
         if not lo <= args.work_budget <= hi:
             raise ConfigError(f"--work-budget {args.work_budget:g} is not allowed: millions of "
                               f"tokens in [{lo:g}, {hi:g}]")
+        run_card.check_spread(getattr(args, "max_spread", None), "--max-spread")
         if args.max_cells is None:
             args.max_cells = card_search.MAX_BATCHES
         top = card_search.CELL_STRIDE // card_search.SEED_STRIDE - 1
@@ -139,6 +144,8 @@ def _settle(args) -> None:
                               f"[0, {card_search.SEED_STRIDE}) (a run's seed is s + 1000·j + "
                               "100000·N_f)")
         return
+    if getattr(args, "max_spread", None) is not None:
+        raise ConfigError("--max-spread is for --method 2 (method 1's rule is its own)")
     if getattr(args, "work_budget", None) is not None:
         raise ConfigError("--work-budget is for --method 2 (method 1 counts minutes: "
                           "--time-budget or --cpu-budget)")
@@ -342,6 +349,7 @@ def _measure_v2(args, base, seeds, store, workers, out, ex=None) -> int:
     result = card_search.run(base, seeds=seeds, store=store, workers=workers, executor=ex,
                              work_budget=args.work_budget, max_batches=args.max_cells,
                              max_step=args.max_step or None, widen=True,
+                             max_spread=args.max_spread,
                              time_limit_s=args.time_budget and args.time_budget * 60)
     return _ending(result, out, store, lambda card: "\n".join(
         [headline(card), cite(card, _version()), *_placed(card, base["train"])]))

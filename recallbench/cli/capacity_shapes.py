@@ -79,6 +79,7 @@ def _measure(args, shapes, seeds, workers, out: Path) -> int:
         return card_search.run(shape.base, seeds=seeds, store=store, workers=workers,
                                work_budget=args.work_budget, max_batches=args.max_cells,
                                max_step=args.max_step or None,
+                               max_spread=getattr(args, "max_spread", None),
                                time_limit_s=args.time_budget and args.time_budget * 60)
 
     done = card_shapes.measure(shapes, search)

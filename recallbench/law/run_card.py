@@ -15,7 +15,8 @@ model's N50, N_eff = a·s²·N50/(D − s²), s the 1/σ of p = 1/2 at V (docs/t
 one-parameter law fit stays beside it with its misfit: its slope in ln N_f at N50 against
 the fitted one.  **Measured** when a cell's median run lies on each side of q = 1/2, at
 least :data:`MIN_OBSERVED` runs are uncensored, the fitted slope is at most
-:data:`MAX_SLOPE`, and the N50 interval spans at most :data:`MAX_SPREAD`: the fit's
+:data:`MAX_SLOPE`, and the N50 interval spans at most its target (:data:`MAX_SPREAD`
+unless given, up to 2: where its coverage is simulated): the fit's
 interval stretched :data:`WIDEN`-fold about N50 in ln N_f, since the search stops at the
 first narrow one (coverage at the stop: benchmarks/card_looks.py); ``simulated`` names the
 fitted values outside the shapes where that coverage is simulated.  Else a **bound** on the side the
@@ -35,11 +36,15 @@ import numpy as np
 from scipy import special
 
 from recallbench.api.canonical import plain
+from recallbench.api.errors import ConfigError
 from recallbench.law import fit, guess, runfit, theory
 from recallbench.law.cells import unconverged
 
 CARD_SCHEMA = "recallbench.card/2"
-MAX_SPREAD = 1.3  # the N50 interval: upper / lower at most this
+MAX_SPREAD = 1.3  # the N50 interval: upper / lower at most this (the default target)
+#: the targets a card may be given: from the default to 2, where the card's coverage at its
+#: stop is simulated (benchmarks/card_looks.py, "target")
+SPREAD_RANGE = (MAX_SPREAD, 2.0)
 MIN_OBSERVED = 8  # uncensored runs the line needs at least
 #: the card's N50 interval is the fit's stretched this much about N50 in ln N_f: the search
 #: stops at its first interval within MAX_SPREAD, which selects narrow ones; calibrated on
@@ -153,8 +158,10 @@ def _law_beside(ok: list[dict], d: int, vocab: int, n50: float) -> dict:
 
 
 def build_run_card(records: Iterable[Mapping], *, delta: float = 0.01,
-                   level: float = 0.95) -> dict:
-    """The card of ``records`` (see the module)."""
+                   level: float = 0.95, max_spread: float | None = None) -> dict:
+    """The card of ``records`` (see the module); ``max_spread``: the N50 interval's target,
+    in :data:`SPREAD_RANGE` (None: :data:`MAX_SPREAD`)."""
+    target = check_spread(max_spread)
     records = [r for r in records if r.get("config")]
     if not records:
         raise ValueError("a capacity card needs at least one record")
@@ -185,12 +192,12 @@ def build_run_card(records: Iterable[Mapping], *, delta: float = 0.01,
     lo, hi = widened(f.n50, f.n50_ci)
     spread = hi / lo if lo > 0 and math.isfinite(hi) else math.inf
     crit = {"bracketed": f.bracketed, "observed": f.n_observed >= MIN_OBSERVED,
-            "spread": spread <= MAX_SPREAD, "slope": f.slope <= MAX_SLOPE}
+            "spread": spread <= target, "slope": f.slope <= MAX_SLOPE}
     measured = all(crit.values())
     meds = _medians(ok)
     side = None if measured else _side(meds)
     closed = _open_end(side, lo, hi, meds)
-    why = None if measured else _why(crit, f, spread, ok)
+    why = None if measured else _why(crit, f, spread, ok, target)
     if closed != (lo, hi):
         why += (f"; N50 ≥ {closed[0]:g}, the largest N_f whose median run recalls at least half"
                 if side == "lower" else
@@ -199,7 +206,7 @@ def build_run_card(records: Iterable[Mapping], *, delta: float = 0.01,
     card.update(status="measured" if measured else "bound", why=why,
                 criteria={"bracketed": f.bracketed, "observed_runs": f.n_observed,
                           "spread": None if math.isinf(spread) else spread,
-                          "max_spread": MAX_SPREAD, "min_observed": MIN_OBSERVED},
+                          "max_spread": target, "min_observed": MIN_OBSERVED},
                 fit={"slope": f.slope, "tau": f.tau, "failure_rate": f.failure_rate,
                      "threshold": f.threshold, "runs": f.n_runs, "test_sd": f.test_sd},
                 simulated={**{k: list(v) for k, v in SIMULATED.items()},
@@ -210,6 +217,19 @@ def build_run_card(records: Iterable[Mapping], *, delta: float = 0.01,
     card.update(_derived(f.n50, (lo, hi), d, vocab, state, bits))
     card["law"] = _law_beside(ok, d, vocab, f.n50)
     return plain(card)
+
+
+def check_spread(max_spread: float | None, name: str = "max_spread") -> float:
+    """``max_spread`` checked against :data:`SPREAD_RANGE` (None: the default target); a
+    ConfigError naming ``name`` otherwise."""
+    if max_spread is None:
+        return MAX_SPREAD
+    lo, hi = SPREAD_RANGE
+    if isinstance(max_spread, bool) or not isinstance(max_spread, (int, float)) \
+            or not lo <= max_spread <= hi:
+        raise ConfigError(f"{name} {max_spread!r} is not allowed: the N50 interval's target "
+                          f"(upper / lower), a number in [{lo:g}, {hi:g}]")
+    return float(max_spread)
 
 
 def outside_simulated(fit) -> list[str]:
@@ -273,7 +293,7 @@ def _open_end(side, lo: float, hi: float, meds: dict[int, float]) -> tuple[float
     return lo, hi
 
 
-def _why(crit, f, spread, ok) -> str:
+def _why(crit, f, spread, ok, target: float) -> str:
     parts = []
     if not crit["bracketed"]:
         parts.append("no cell's median run lies on each side of q = 1/2: N50 is extrapolated")
@@ -281,7 +301,8 @@ def _why(crit, f, spread, ok) -> str:
         parts.append(f"{f.n_observed} uncensored run(s), {MIN_OBSERVED} needed")
     if not crit["spread"]:
         parts.append("the N50 interval spans a factor "
-                     + ("∞" if math.isinf(spread) else f"{spread:.2f}") + f" (at most {MAX_SPREAD})")
+                     + ("∞" if math.isinf(spread) else f"{spread:.2f}")
+                     + f" (at most {target:g})")
     if not crit["slope"]:
         parts.append(f"the fitted slope {f.slope:.2f} is steeper than {MAX_SLOPE:g}, where a steep "
                      "line's narrow interval is not shown to cover")

@@ -209,7 +209,8 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
             run_cell: Callable[[list[dict]], list[dict]] | None, done: Mapping[str, dict] | None = None,
             max_batches: int = MAX_BATCHES, say: Callable[[str], None] = print,
             time_limit_s: float | None = None, clock: Callable[[], float] = time.monotonic,
-            max_step: float | None = None, cut: bool = False, widen: bool = False) -> Result:
+            max_step: float | None = None, cut: bool = False, widen: bool = False,
+            max_spread: float | None = None) -> Result:
     """Run the search (module doc); ``work_budget`` in millions of tokens.  ``run_cell(configs)
     -> records`` trains one batch (the caller stores them); ``done``: records by config hash,
     reused; ``run_cell=None`` replays over ``done`` alone.  ``cut``: ``run_cell(configs,
@@ -218,7 +219,9 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
     the budget is refused (ConfigError) before anything trains.  Every run of a batch
     failed: ``failed``.  When most runs choose the grid's largest (or smallest) learning
     rate (``card_lr.lr_edge``) it says so, and with ``widen`` the later batches search one
-    more rate beyond that edge (``card_lr.wider_grid``), once per side."""
+    more rate beyond that edge (``card_lr.wider_grid``), once per side.  ``max_spread``: the
+    card's N50 interval target (``run_card.build_run_card``; None: 1.3)."""
+    run_card.check_spread(max_spread)  # before anything trains
     d, vocab = int(base["model"]["d_model"]), int(base["task"]["vocab_size"])
     top = vocab // 2 - 1
     budget = float(work_budget) * 1e6
@@ -238,7 +241,8 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
         return len(seeds) * 4 * nf * (rate or nominal)
 
     def stop(why: str, finished: bool = True, failed: bool = False) -> Result:
-        card = run_card.build_run_card(records) if records else {"status": "bound", "runs": []}
+        card = (run_card.build_run_card(records, max_spread=max_spread) if records
+                else {"status": "bound", "runs": []})
         card = {**card, "stopped": why, "work_budget_mtok": float(work_budget)}
         return Result(card, why, records, finished, failed)
 
@@ -288,7 +292,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
         for r in new:
             if r.get("status") == "ok":
                 rate = max(rate, run_card.work_tokens(r) / (4 * nf))
-        card = run_card.build_run_card(records)
+        card = run_card.build_run_card(records, max_spread=max_spread)
         say(_progress(card, nf, bool(todo), spent, work_budget))
         edge = lr_edge(card["runs"], train.get("lr"))
         if edge is not None and edge[0] != said:
@@ -360,13 +364,14 @@ def _progress(card: Mapping, nf: int, trained: bool, spent: float, budget: float
 
 def replay(base: Mapping[str, Any], records, *, seeds: Sequence[int],
            work_budget: float = DEFAULT_WORK_MTOK, max_batches: int = MAX_BATCHES,
-           max_step: float | None = None) -> Result:
+           max_step: float | None = None, max_spread: float | None = None) -> Result:
     """The search over ``records`` alone, training nothing (the same cells as the run that
     made them, the search being a function of its records)."""
     done = {r["config_hash"]: r for r in records
             if r.get("status") == "ok" and r.get("config_hash")}
     return measure(base, seeds=seeds, work_budget=work_budget, run_cell=None, done=done,
-                   max_batches=max_batches, say=lambda _: None, max_step=max_step)
+                   max_batches=max_batches, say=lambda _: None, max_step=max_step,
+                   max_spread=max_spread)
 
 
 def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, workers: int = 1,

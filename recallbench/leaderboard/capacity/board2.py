@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Mapping
 
 from recallbench.law.card_render import estimate, num
-from recallbench.law.run_card import MAX_SLOPE, MAX_SPREAD, MIN_OBSERVED, SIMULATED, WIDEN
+from recallbench.law.run_card import MAX_SLOPE, MIN_OBSERVED, SIMULATED, WIDEN
 from recallbench.law.run_card_render import draw, headline, shape_text
 from recallbench.leaderboard.capacity.board import (APART, BOUND, GROWS, MEASURED, NO_RECALL,
                                                     _ci, _cpu_min, _html_table, _md_table, _state,
                                                     _why, apart, bounded, figures)
 from recallbench.leaderboard.capacity import board_figure, reseed_docs, shapes_docs
-from recallbench.leaderboard.capacity.method2 import machine_text, settings
+from recallbench.leaderboard.capacity.method2 import machine_text, settings, target
 from recallbench.leaderboard.markdown import code, md, readme_head
 from recallbench.leaderboard.page import (PAGE, _e, _href, document, file_links, plain as text_of,
                                           without_images)
@@ -51,29 +51,30 @@ def _span(key: str) -> str:
     return f"{lo:g}–{hi:g}"
 
 
-HOW_TO_READ = (
-    "A card is **measured** when one cell's median run lies above half the queries above "
-    f"the guess and another's below, at least {MIN_OBSERVED} runs are uncensored (neither at "
-    "the guess, at the ceiling, nor cut by the step cap), the fitted slope is at most "
-    f"{MAX_SLOPE:g} in ln N_f (a steep line's interval is narrow, and no simulated card "
-    "stopped on a steeper one), and the N50 interval spans at most "
-    f"a factor {MAX_SPREAD}; that interval is the fit's stretched {WIDEN:g}-fold about N50 "
-    "(on the log scale), since the search stops at the first narrow one. Otherwise it is a "
-    "**bound**, with why: N50 ≥ a value when every "
-    "cell lies above half (the capacity may lie beyond them), ≤ a value when every cell lies "
-    "below, unresolved in [a, b] when the cells bracket it but its interval is too wide; "
-    "never shown as a measurement. **No recall** means no run rose above its guess level: "
-    "N50 ≤ the smallest N_f tried. S: state scalars per sequence, with the state's shape "
-    "(heads × key × value, or the layer's own terms); S_eff/S: the state of the "
-    "linear reference whose 50% point is the model's N50, over the model's own; runs "
-    "(batches): the card's runs, and its batches of one run per seed at one N_f; work: "
-    "millions of tokens (Mtok) trained, every learning-rate candidate counted, of the "
-    "suite's work budget; CPU min: the CPU time of the card's runs, on the machine they "
-    "name (CPU model, CPUs, torch threads), as the runs report it. †: the card's fit lies "
-    "outside the shapes at which the interval's coverage is simulated (slope "
-    f"{_span('slope')} in ln N_f, run-to-run SD {_span('tau')} probit, failure rate "
-    f"{_span('failure_rate')}); its card names which (at a slope near 0.7 and a run SD near "
-    "0.5, measured cards covered in about 90%: docs/results/capacity).")
+def how_to_read(spread: float) -> str:
+    """The board's "How to read", for its N50 interval target ``spread``."""
+    return ("A card is **measured** when one cell's median run lies above half the queries above "
+        f"the guess and another's below, at least {MIN_OBSERVED} runs are uncensored (neither at "
+        "the guess, at the ceiling, nor cut by the step cap), the fitted slope is at most "
+        f"{MAX_SLOPE:g} in ln N_f (a steep line's interval is narrow, and no simulated card "
+        "stopped on a steeper one), and the N50 interval spans at most "
+        f"a factor {spread:g}; that interval is the fit's stretched {WIDEN:g}-fold about N50 "
+        "(on the log scale), since the search stops at the first narrow one. Otherwise it is a "
+        "**bound**, with why: N50 ≥ a value when every "
+        "cell lies above half (the capacity may lie beyond them), ≤ a value when every cell lies "
+        "below, unresolved in [a, b] when the cells bracket it but its interval is too wide; "
+        "never shown as a measurement. **No recall** means no run rose above its guess level: "
+        "N50 ≤ the smallest N_f tried. S: state scalars per sequence, with the state's shape "
+        "(heads × key × value, or the layer's own terms); S_eff/S: the state of the "
+        "linear reference whose 50% point is the model's N50, over the model's own; runs "
+        "(batches): the card's runs, and its batches of one run per seed at one N_f; work: "
+        "millions of tokens (Mtok) trained, every learning-rate candidate counted, of the "
+        "suite's work budget; CPU min: the CPU time of the card's runs, on the machine they "
+        "name (CPU model, CPUs, torch threads), as the runs report it. †: the card's fit lies "
+        "outside the shapes at which the interval's coverage is simulated (slope "
+        f"{_span('slope')} in ln N_f, run-to-run SD {_span('tau')} probit, failure rate "
+        f"{_span('failure_rate')}); its card names which (at a slope near 0.7 and a run SD near "
+        "0.5, measured cards covered in about 90%: docs/results/capacity).")
 
 
 def _kind(card: Mapping, state) -> str:
@@ -209,7 +210,8 @@ def intro_items(suite: Suite) -> list[tuple[str, str]]:
                        "Mtok (millions of tokens trained, every learning-rate candidate "
                        f"counted) per budget; each new N_f within {s['max_step']:g}x those "
                        "measured; N50 fitted on every run (a probit line in ln N_f, its "
-                       f"slope free), {int(suite.scoring['level'] * 100)}% intervals")]
+                       f"slope free), {int(suite.scoring['level'] * 100)}% intervals, a card "
+                       f"measured within a factor {target(suite):g}")]
 
 
 def render_markdown(suite: Suite, rows: list[dict], reseeds: list[dict] = ()) -> str:
@@ -239,7 +241,8 @@ def render_markdown(suite: Suite, rows: list[dict], reseeds: list[dict] = ()) ->
     if reseeds:
         lines += ["", "## Re-seeded cards", "", reseed_docs.NOTE, ""]
         lines += _md_table(reseed_docs.HEAD, reseed_docs.table(reseeds))
-    lines += ["", "## How to read", "", HOW_TO_READ + " More: [docs/capacity.md]"
+    lines += ["", "## How to read", "", how_to_read(target(suite)) + " More: "
+              "[docs/capacity.md]"
               "(../../docs/capacity.md).", "",
               "Each card's figure (every run's share above the guess against N_f, the fitted "
               "line and N50) and its cells: `index.html` (self-contained; open it in a "
@@ -352,7 +355,8 @@ def page_html(suite: Suite, rows: list[dict], pngs: Mapping | None,
         body += ['<h2 id="reseeds">Re-seeded cards</h2>',
                  f'<p class="note">{_e(reseed_docs.NOTE.replace("`", ""))}</p>',
                  _html_table(reseed_docs.HEAD, reseed_docs.table(reseeds), (0, 1, 2, 3))]
-    body += ['<h2 id="how">How to read</h2>', f'<p>{_e(HOW_TO_READ.replace("**", ""))} More: '
+    how = how_to_read(target(suite)).replace("**", "")
+    body += ['<h2 id="how">How to read</h2>', f'<p>{_e(how)} More: '
              "docs/capacity.md in the repository.</p>", '<h2 id="cards">Cards</h2>',
              '<div class="cards">' + ("\n".join(cards) or "<p>No submissions yet.</p>") + "</div>"]
     return document(suite, body)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 from recallbench.api.errors import ConfigError
 from recallbench.leaderboard.checks import is_count, is_int, is_num, need, short
+from recallbench.law import run_card
 from recallbench.runs import card_search
 from recallbench.runs.capacity import MAX_STEP_RANGE
 
@@ -32,14 +33,15 @@ if TYPE_CHECKING:
 #: a method-2 suite's capacity keys besides ``method`` (work_budget_mtok required); a
 #: batch index j below 100 keeps s + 1000·j within a cell's seeds (``card_search.run_seed``)
 KEYS = {"work_budget_mtok": card_search.WORK_RANGE, "max_batches": (1, 99),
-        "max_step": MAX_STEP_RANGE}
+        "max_step": MAX_STEP_RANGE, "max_spread": run_card.SPREAD_RANGE}
 MACHINE_KEYS = ("model", "cpus", "threads")
 MAX_MACHINES = 8
 MAX_MODEL_TEXT = 200
 
 
 def check_suite_keys(cap: Mapping, data: Mapping, where: str) -> None:
-    """Method 2's keys: work_budget_mtok (required), max_batches, max_step; seeds below the
+    """Method 2's keys: work_budget_mtok (required), max_batches, max_step, max_spread (the
+    N50 interval's target, 1.3 when not set); seeds below the
     batch stride, so that a run's seed names its batch (s + 1000·j + 100000·N_f)."""
     allowed = ["method", *KEYS]
     unknown = sorted(k if isinstance(k, str) and len(k) <= 40 else short(k)
@@ -65,10 +67,19 @@ def is_v2(suite: Suite) -> bool:
 
 
 def settings(suite: Suite) -> dict:
-    """The search's keyword arguments: work_budget (Mtok), max_batches, max_step."""
+    """The search's keyword arguments: work_budget (Mtok), max_batches, max_step, and
+    max_spread where the suite sets one."""
     cap = suite.capacity
-    return {"work_budget": float(cap["work_budget_mtok"]),
-            "max_batches": int(cap["max_batches"]), "max_step": float(cap["max_step"])}
+    out = {"work_budget": float(cap["work_budget_mtok"]),
+           "max_batches": int(cap["max_batches"]), "max_step": float(cap["max_step"])}
+    if cap.get("max_spread") is not None:
+        out["max_spread"] = float(cap["max_spread"])
+    return out
+
+
+def target(suite: Suite) -> float:
+    """The suite's N50 interval target: a measured card's interval spans at most this."""
+    return settings(suite).get("max_spread", run_card.MAX_SPREAD)
 
 
 def seed_allowed(seed, nf: int, suite: Suite) -> bool:
