@@ -1,7 +1,7 @@
 """What a board's cards would have cost under a looser interval target, replayed from their runs.
 
     python benchmarks/precision_cost.py --suite leaderboards/cpu-v4 \\
-        leaderboards/cpu-v4/submissions/*.yaml [--spreads 1.3,1.4,1.5,1.75,2]
+        leaderboards/cpu-v4/submissions/*.yaml [--spreads 1.4,1.5,1.75,2]
 
 The card search (``runs.card_search``) stops at the first batch after which its card is
 measured, and a card is measured only when its N50 interval spans at most its target
@@ -62,19 +62,20 @@ def _num(x) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--suite", required=True, help="the board's folder (its suite.yaml)")
-    p.add_argument("--spreads", default="1.3,1.4,1.5,1.75,2",
-                   help="comma-separated N50 interval targets (upper / lower), at least 1.3")
+    p.add_argument("--spreads", default="1.4,1.5,1.75,2",
+                   help="comma-separated N50 interval targets (upper / lower), at least the "
+                        "board's own")
     p.add_argument("submissions", nargs="+")
     args = p.parse_args(argv)
     try:
         spreads = [float(s) for s in args.spreads.split(",")]
     except ValueError:
         p.error(f"--spreads: {args.spreads!r} is not a comma-separated list of numbers")
-    lo, hi = run_card.SPREAD_RANGE
-    if any(not lo <= s <= hi for s in spreads):
-        p.error(f"--spreads: each target must be in [{lo:g}, {hi:g}]: at least the stored "
-                "cards' own (runs past their stop were never trained)")
     suite = load_suite(args.suite)
+    lo, hi = method2.target(suite), run_card.SPREAD_RANGE[1]
+    if any(not lo <= s <= hi for s in spreads):
+        p.error(f"--spreads: each target must be in [{lo:g}, {hi:g}]: at least the board's own "
+                "(runs past its cards' stops were never trained)")
     rows = []
     for path in args.submissions:
         sub = yaml.safe_load(Path(path).read_text())

@@ -1,5 +1,5 @@
 """benchmarks/precision_cost.py: a board's cards replayed under a looser interval target.
-At the stored target the replay must give back the submitted card (its runs, work and
+At the board's own target the replay must give back the submitted card (its runs, work and
 interval: the submission is the independent reference); at a looser one, a prefix of the
 same search whose card spans at most that target."""
 import sys
@@ -16,6 +16,7 @@ import precision_cost  # noqa: E402
 
 from recallbench.law import run_card  # noqa: E402
 from recallbench.leaderboard import load_suite  # noqa: E402
+from recallbench.leaderboard.capacity import method2  # noqa: E402
 
 BOARD = ROOT / "leaderboards" / "cpu-v4"
 
@@ -28,7 +29,7 @@ def card_of(name: str, budget: str = "D32-N4"):
 
 def test_at_the_stored_target_the_replay_is_the_submitted_card():
     suite, budget, records = card_of("linear-mamba")
-    got = precision_cost.at_spread(suite, budget, records, run_card.MAX_SPREAD)
+    got = precision_cost.at_spread(suite, budget, records, method2.target(suite))
     card = budget["card"]
     assert got["status"] == card["status"] == "measured"
     assert got["runs"] == len(card["runs"]) == len(budget["points"])
@@ -39,7 +40,7 @@ def test_at_the_stored_target_the_replay_is_the_submitted_card():
 
 @pytest.mark.slow
 def test_a_looser_target_stops_earlier_on_the_same_runs():
-    suite, budget, records = card_of("deltanet")  # 16 runs at 1.3
+    suite, budget, records = card_of("deltanet")  # 14 runs at the board's 1.4
     stored = budget["card"]
     loose = precision_cost.at_spread(suite, budget, records, 2.0)
     assert loose["status"] == "measured"
@@ -47,14 +48,15 @@ def test_a_looser_target_stops_earlier_on_the_same_runs():
     assert loose["mtok"] < stored["work_mtok"] and loose["cpu_min"] < stored["cpu_s"] / 60
     # the runs it stops on are runs the stored search trained, none added
     assert set(loose["cells"]) < {(p["num_facts"], p["seed"]) for p in budget["points"]}
-    assert 1.3 < loose["hi"] / loose["lo"] <= 2.0
+    assert method2.target(suite) < loose["hi"] / loose["lo"] <= 2.0
 
 
 def test_a_target_tighter_than_the_stored_one_is_one_line_naming_it(capsys):
     with pytest.raises(SystemExit) as stop:
-        precision_cost.main(["--suite", str(BOARD), "--spreads", "1.2",
+        precision_cost.main(["--suite", str(BOARD), "--spreads", "1.3",
                              str(BOARD / "submissions" / "designed.yaml")])
     err = capsys.readouterr().err
     assert stop.value.code == 2
-    assert "--spreads: each target must be in [1.3, 2]" in err.splitlines()[-1]
+    assert "--spreads: each target must be in [1.4, 2]: at least the board's own" in \
+        err.splitlines()[-1]
     assert "Traceback" not in err

@@ -103,7 +103,7 @@ def test_write_to_an_existing_file_is_refused_before_training(reseeded, cli, tmp
 
 
 def test_the_board_marks_a_card_whose_fit_lies_outside_the_simulated_shapes():
-    """cpu-v4's retnet D32-N4 (fitted slope 0.97, below the simulated 1.0) carries † in the
+    """cpu-v4's mamba2 D32-N4 (fitted slope 0.96, below the simulated 1.0) carries † in the
     ranking and in the re-seeding table; linear-mamba's cards (inside) do not."""
     from pathlib import Path
 
@@ -112,14 +112,14 @@ def test_the_board_marks_a_card_whose_fit_lies_outside_the_simulated_shapes():
 
     suite = lb.load_suite("leaderboards/cpu-v4")
     subs = [(Path(f"x/{n}.yaml"), lb.read_yaml_data(f"leaderboards/cpu-v4/submissions/{n}.yaml"))
-            for n in ("retnet", "linear-mamba")]
+            for n in ("mamba2", "linear-mamba")]
     rows = {(r["model"], r["budget"]): r for r in b2.card_rows(suite, subs)}
     for r in b2.ranked(list(rows.values()), "D32-N4"):
         marked = b2.ranked_cells(r)[4].endswith(" †")
-        assert marked == (r["model"] == "retnet"), b2.ranked_cells(r)
-    assert rows[("retnet", "D32-N4")]["card"]["simulated"]["outside"] == ["slope"]
+        assert marked == (r["model"] == "mamba2"), b2.ranked_cells(r)
+    assert rows[("mamba2", "D32-N4")]["card"]["simulated"]["outside"] == ["slope"]
     assert "†: the card's fit lies outside the shapes" in b2.how_to_read(1.3)
-    card = dict(rows[("retnet", "D32-N4")]["card"])
+    card = dict(rows[("mamba2", "D32-N4")]["card"])
     assert rd._n50([0, 1], card).endswith(" †")
     card["simulated"] = {**card["simulated"], "outside": []}
     assert not rd._n50([0, 1], card).endswith("†")

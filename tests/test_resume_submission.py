@@ -43,7 +43,7 @@ def test_the_runs_rebuilt_make_the_submission_again(board, tmp_path):
 
 
 def test_a_stricter_rule_asks_only_for_runs_the_file_lacks(board, tmp_path, monkeypatch):
-    """With MAX_SPREAD 1.2 the file's D32-N4 card is unfinished: the resumed search's first
+    """With a target of 1.2 the file's D32-N4 card is unfinished: the resumed search's first
     request is one new batch (a run per suite seed, none of the file's hashes)."""
     suite, sub = board
     resume.import_runs(sub, "linear-mamba", tmp_path / "s")
@@ -60,7 +60,9 @@ def test_a_stricter_rule_asks_only_for_runs_the_file_lacks(board, tmp_path, monk
             raise Asked
         yield {r["config_hash"]: r for r in read_store(store).records}, run_cell
 
-    monkeypatch.setattr(run_card, "MAX_SPREAD", 1.2)
+    # a target stricter than any a suite may set, so that the file's card is unfinished
+    monkeypatch.setattr(run_card, "SPREAD_RANGE", (1.1, 2.0))
+    monkeypatch.setitem(suite.data["capacity"], "max_spread", 1.2)
     monkeypatch.setattr("recallbench.runs.capacity.trained", fake_trained)
     from recallbench.api.canonical import config_hash
     from recallbench.leaderboard.capacity import method2 as v2
