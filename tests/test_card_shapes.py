@@ -137,7 +137,9 @@ def test_the_command_writes_a_card_per_shape_and_the_comparison(cli, tmp_path, m
     key-8; --dry-run lists the shapes only."""
     search, calls = grid({2: 8.0, 8: 30.0}), []
 
-    def run(base, *, seeds, store, workers, work_budget, max_batches, max_step, time_limit_s):
+    def run(base, *, seeds, store, workers, work_budget, max_batches, max_step, time_limit_s,
+            max_spread):
+        assert max_spread is None  # the method's own target unless --max-spread sets one
         calls.append((base["model"]["d_state"], seeds, work_budget))
         return search(next(s for s in card_shapes.plan(BASE, "key", [2, 8])
                            if s.base["model"] == base["model"]))

@@ -4,6 +4,7 @@ A looser target stops the same search sooner, on a prefix of the same runs; a ta
 outside [1.3, 2] is refused before anything trains; a suite's target reaches its cards,
 their validation and its board's text."""
 import contextlib
+import json
 import math
 import sys
 from pathlib import Path
@@ -102,3 +103,26 @@ def test_a_suite_s_target_reaches_its_cards_their_validation_and_its_board(tmp_p
     assert "spans at most a factor 1.6" in board2.how_to_read(method2.target(suite))
     assert dict(board2.intro_items(suite))["search"].endswith("a card measured within a "
                                                               "factor 1.6")
+
+
+def test_the_command_passes_its_target_to_the_search_and_the_card_keeps_it(cli, tmp_path,
+                                                                           monkeypatch):
+    """capacity --max-spread 1.6, the search's training replaced by simulated runs: the
+    search is asked for 1.6, and card.json records it."""
+    asked = []
+    real = card_search.measure
+
+    def run(base, *, seeds, store, workers, say=print, executor=None, **kw):
+        asked.append(kw.get("max_spread"))
+        cell = synth.runner(TRUTH, np.random.default_rng(3))
+        kw = {k: v for k, v in kw.items() if k != "time_limit_s"}
+        return real(base, seeds=seeds, run_cell=cell, say=say, **kw)
+
+    monkeypatch.setattr(card_search, "run", run)
+    rc, out, err = cli("capacity", "--adapter", "linear-mamba", "--d-model", "32",
+                       "--d-state", "8", "--work-budget", "100000", "--max-cells", "96",
+                       "--max-spread", "1.6", "--out", "card")
+    assert rc == 0, err
+    assert asked == [1.6]
+    card = json.loads((tmp_path / "card" / "card.json").read_text())
+    assert card["criteria"]["max_spread"] == 1.6 and card["status"] == "measured"

@@ -58,9 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "training work; 1: leaderboards/cpu-v3's best-of-seeds law fit, a "
                         "budget in minutes (docs/capacity.md)")
     p.add_argument("--work-budget", type=float, default=None, metavar="MTOK",
-                   help="method 2: millions of tokens the card may train, those of runs in "
-                        "the store included: the same verdict on any machine (default "
-                        "300)")
+                   help="method 2: millions of tokens the card may train, the store's runs "
+                        "included: the same verdict on any machine (default 300)")
     p.add_argument("--max-spread", type=float, default=None, metavar="F",
                    help="method 2: measured once the 95%% N50 interval spans at most F "
                         "(upper / lower), in [1.3, 2] (default 1.3): docs/capacity.md")
@@ -144,15 +143,12 @@ def _settle(args) -> None:
                               f"[0, {card_search.SEED_STRIDE}) (a run's seed is s + 1000·j + "
                               "100000·N_f)")
         return
-    if getattr(args, "max_spread", None) is not None:
-        raise ConfigError("--max-spread is for --method 2 (method 1's rule is its own)")
-    if getattr(args, "work_budget", None) is not None:
-        raise ConfigError("--work-budget is for --method 2 (method 1 counts minutes: "
-                          "--time-budget or --cpu-budget)")
-    if args.time_budget is None:
-        args.time_budget = 60.0
-    if args.max_cells is None:
-        args.max_cells = 12
+    for flag in ("work_budget", "max_spread"):
+        if getattr(args, flag, None) is not None:
+            raise ConfigError(f"--{flag.replace('_', '-')} is for --method 2 (method 1 counts "
+                              "minutes, --time-budget or --cpu-budget, under its own rule)")
+    args.time_budget = 60.0 if args.time_budget is None else args.time_budget
+    args.max_cells = 12 if args.max_cells is None else args.max_cells
     if getattr(args, "fit_budget", None) is None:
         args.fit_budget = True
 
