@@ -9,21 +9,19 @@
 ``records``: result records of one model configuration on MQAR (L = 4·N_f, one V), any
 number of N_f and seeds.  Each run enters the fit (:func:`recallbench.law.runfit.fit_runs`):
 nothing is chosen on the test set, optimisation failures are a fitted rate, seeds scatter
-as a fitted run-to-run SD.  The effective state is anchored at N50: S_eff = 2·D·N_eff with
-N_eff the Λ·N whose linear reference (eq. 19, a = 5/4) puts its own 50% point at the
-model's N50, N_eff = a·s²·N50/(D − s²), s the 1/σ of p = 1/2 at V (docs/theory.md).  The
-one-parameter law fit stays beside it with its misfit: its slope in ln N_f at N50 against
-the fitted one.  **Measured** when a cell's median run lies on each side of q = 1/2, at
-least :data:`MIN_OBSERVED` runs are uncensored, the fitted slope is at most
-:data:`MAX_SLOPE`, and the N50 interval spans at most its target (:data:`MAX_SPREAD`
-unless given, up to 2: where its coverage is simulated): the fit's
-interval stretched :data:`WIDEN`-fold about N50 in ln N_f, since the search stops at the
-first narrow one (coverage at the stop: benchmarks/card_looks.py); ``simulated`` names the
-fitted values outside the shapes where that coverage is simulated.  Else a **bound** on the side the
-cells leave open (where the fit leaves that end open too, as runs at the ceiling do, the
-cells' edge: N50 ≥ the largest N_f whose median run recalls at least half), or **no
-recall** when no run is above its guess.  The state's shape (the adapter's
-``state_shape()``, whose product is S; None when not known) stands beside S.
+as a fitted run-to-run SD.  S_eff = 2·D·N_eff is anchored at N50: N_eff the Λ·N whose linear
+reference (eq. 19, a = 5/4) puts its own 50% point at the model's N50, N_eff =
+a·s²·N50/(D − s²), s the 1/σ of p = 1/2 at V (docs/theory.md); the one-parameter law fit
+stays beside it with its misfit (its slope at N50 against the fitted one).  **Measured**
+when a cell's median run lies on each side of q = 1/2, at least :data:`MIN_OBSERVED` runs
+are uncensored, the fitted slope is at most :data:`MAX_SLOPE`, and the N50 interval spans
+at most its target (:data:`MAX_SPREAD` unless given, up to 2, where its coverage is
+simulated): the fit's interval stretched :data:`WIDEN`-fold about N50 in ln N_f, since the
+search stops at the first narrow one (benchmarks/card_looks.py); ``simulated`` names the
+fitted values outside the simulated shapes.  Else a **bound** on the side the cells leave
+open (N50 ≥ the largest N_f whose median run recalls at least half, where the fit leaves
+that end open), or **no recall** when no run is above its guess.  The state's shape
+(``state_shape()``, whose product is S; None when not known) stands beside S.
 """
 from __future__ import annotations
 
