@@ -256,8 +256,8 @@ def _dry_run(args, base: dict, seeds: list[int]) -> int:
 
 def _dry_run_v2(args, base: dict, seeds: list[int]) -> int:
     """Method 2's plan: the first cell, a measured step there, and the CPU time a card takes
-    at that step's rate, a range (``card_search.eta_seconds``)."""
-    from recallbench.runs import card_search
+    at that step's rate, a range (``card_eta.eta_seconds``)."""
+    from recallbench.runs import card_eta, card_search
     from recallbench.runs.capacity import cell_config, n_eff_prior
     from recallbench.runs.eta import step_seconds
 
@@ -268,13 +268,13 @@ def _dry_run_v2(args, base: dict, seeds: list[int]) -> int:
     train = base["train"]
     lrs = train["lr"] if isinstance(train["lr"], list) else [train["lr"]]
     per_step = train["batch_size"] * 4 * nf
-    lo, hi, cap = card_search.eta_seconds(base, step, nf, 0, args.work_budget)
+    lo, hi, cap = card_eta.eta_seconds(base, step, nf, 0, args.work_budget)
     print(f"capacity plan (method 2): {base['model']['adapter']} D={d} "
           f"N={base['model']['d_state']} at V={vocab}; first batch N_f = {nf}, L = {4 * nf}, "
           f"{len(seeds)} run(s) of {len(lrs)} learning rate(s)")
     print(f"  measured: {step * 1000:.1f} ms a step ({per_step / step / 1e3:.0f} k tokens/s; "
           f"a longer L costs more per token); work budget {args.work_budget:g} Mtok")
-    print("  ETA: " + card_search.eta_text(lo, hi, cap, workers))
+    print("  ETA: " + card_eta.eta_text(lo, hi, cap, workers))
     print("(dry run: nothing was trained)")
     return 0
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 from recallbench.api.errors import ConfigError
 from recallbench.leaderboard.checks import is_count, is_int, is_num, need, short
 from recallbench.law import run_card
-from recallbench.runs import card_search
+from recallbench.runs import card_eta, card_search
 from recallbench.runs.capacity import MAX_STEP_RANGE
 
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ def plan(suite: Suite, budget: Mapping, base: Mapping, done, over: bool, workers
          log: Callable[[str], None]) -> float:
     """One budget's dry run: the store's batches and work against the work budget, a step
     timed at the first cell, and the CPU time the card still needs at that rate, a range
-    (``card_search.eta_seconds``).  ``done``: the store's replay (None: no record);
+    (``card_eta.eta_seconds``).  ``done``: the store's replay (None: no record);
     ``over``: it ended.  Returns the upper ETA in CPU minutes."""
     from recallbench.runs.capacity import cell_config, n_eff_prior
     from recallbench.runs.eta import step_seconds
@@ -216,9 +216,9 @@ def plan(suite: Suite, budget: Mapping, base: Mapping, done, over: bool, workers
     nf = card_search.first_facts(d, n_eff_prior(base), vocab)
     step = step_seconds(cell_config(base, nf, suite.seeds[0]))
     per_step = int(base["train"]["batch_size"]) * 4 * nf
-    lo, hi, cap = card_search.eta_seconds(base, step, nf, len(done.records) if have else 0,
-                                          work - spent)
+    lo, hi, cap = card_eta.eta_seconds(base, step, nf, len(done.records) if have else 0,
+                                       work - spent)
     log(f"{head}; measured {step * 1000:.1f} ms a step at the first cell (N_f = {nf}, "
         f"L = {4 * nf}), {per_step / step / 1e3:.0f} k tokens/s (a longer L costs more a token)")
-    log("  ETA: " + card_search.eta_text(lo, hi, cap, workers))
+    log("  ETA: " + card_eta.eta_text(lo, hi, cap, workers))
     return hi / 60
