@@ -4,6 +4,8 @@
     python benchmarks/card_coverage.py --cards 500 --fit-only      # the fit alone
     python benchmarks/card_coverage.py --cards 200 --out cards.jsonl
     python benchmarks/card_coverage.py --cards 24 --truth 8.6,0.72,0.47,0.04 --max-batches 96
+    python benchmarks/card_coverage.py --cards 60 --truth 8.6,0.72,0.47,0.04 --max-batches 96 \
+        --work-budget 1000 --max-spread 1.4 --futility     # cpu-v4's settings, a futility stop
 
 Draws ``--cards`` truths over the cpu-v3 cards' ranges (``synthetic_cards.sample_truth``:
 slope 1.0-1.9, run-to-run scatter tau 0-0.7, failure rate 0-0.1, N50 5-60 at V = 512,
@@ -12,7 +14,9 @@ D = 32, N = 8) and makes each one's card with the card search
 simulated from that truth instead of trained (``synthetic_cards.runner``).
 
 ``--truth N50,SLOPE,TAU,FAIL`` gives every card one truth (a layer's fitted card, to see how
-many runs it takes and how often it ends measured), ``--max-batches N`` the search's limit.
+many runs it takes and how often it ends measured), ``--max-batches N`` the search's limit,
+``--max-spread F`` its interval target, ``--futility`` its futility stop
+(``card_search.futile``).
 ``--seed-share F`` puts a share F of each truth's run-to-run variance in a seed effect
 shared by the runs of one seed (``synthetic_cards``); every run has its own seed, as the
 search gives them, or with ``--shared-seeds`` every cell's j-th batch reuses one (the
@@ -121,10 +125,11 @@ def fit_only_card(truth, rng, shared=False) -> dict:
             "failure_hat": f.failure_rate, "observed": f.n_observed}
 
 
-def search_card(truth, rng, work_budget=None, shared=False, max_batches=None) -> dict:
+def search_card(truth, rng, work_budget=None, shared=False, max_batches=None,
+                extra=None) -> dict:
     from recallbench.runs import card_search
     run_cell = synth.runner(truth, rng, shared)
-    kw = {} if work_budget is None else {"work_budget": work_budget}
+    kw = dict(extra or {}) if work_budget is None else {**(extra or {}), "work_budget": work_budget}
     if max_batches is not None:
         kw["max_batches"] = max_batches
     res = card_search.measure(BASE, seeds=SEEDS, run_cell=run_cell, say=lambda s: None, **kw)
@@ -141,12 +146,12 @@ def search_card(truth, rng, work_budget=None, shared=False, max_batches=None) ->
 
 
 def one_card(job) -> dict:
-    index, seed, fit_only, work_budget, seed_share, shared, fixed, max_batches = job
+    index, seed, fit_only, work_budget, seed_share, shared, fixed, max_batches, *extra = job
     rng = np.random.default_rng([seed, index])
     truth = synth.sample_truth(rng, seed_share) if fixed is None else synth.Truth(*fixed)
     t0 = time.process_time()
     row = (fit_only_card(truth, rng, shared) if fit_only
-           else search_card(truth, rng, work_budget, shared, max_batches))
+           else search_card(truth, rng, work_budget, shared, max_batches, *extra))
     row.update(index=index, truth=truth.to_dict(), cpu_s=time.process_time() - t0)
     row["covered"] = bool(row["lo"] <= truth.n50 <= row["hi"])
     row["miss"] = None if row["covered"] else ("below" if row["hi"] < truth.n50 else "above")
@@ -164,14 +169,17 @@ def make_pool(jobs: int):
 def run_cards(cards: int, seed: int = 0, fit_only: bool = False, jobs: int = 1,
               work_budget=None, progress=None, pool=None, seed_share: float = 0.0,
               shared: bool = False, truth: tuple | None = None,
-              max_batches: int | None = None) -> list[dict]:
+              max_batches: int | None = None, max_spread: float | None = None,
+              futility: bool = False) -> list[dict]:
     """Every card's row, in index order; ``progress(done, cards)`` after each card.  The
     cards run in this process (``jobs`` 1), over ``jobs`` new processes, or in ``pool``.
     ``seed_share``: the share of the run-to-run variance that is the seed's; ``shared``:
     the seed's effect shared by the runs of every cell's j-th batch
     (``synthetic_cards.runner``); ``truth``: (n50, slope, tau, failure rate) for every card
-    instead of one drawn per card; ``max_batches``: the search's (None: its default)."""
-    work = [(i, seed, fit_only, work_budget, seed_share, shared, truth, max_batches)
+    instead of one drawn per card; ``max_batches``, ``max_spread``, ``futility``: the
+    search's (None, None, False: its defaults)."""
+    extra = {"max_spread": max_spread, "futility": futility}
+    work = [(i, seed, fit_only, work_budget, seed_share, shared, truth, max_batches, extra)
             for i in range(cards)]
     own = make_pool(jobs) if pool is None and jobs > 1 else None
     use = pool or own
@@ -292,6 +300,10 @@ def main(argv=None) -> int:
                    help="one truth for every card (e.g. 8.6,0.72,0.47,0.04: Mamba-2's fit)")
     p.add_argument("--max-batches", type=int, default=None,
                    help="the search's batch limit (default: its own)")
+    p.add_argument("--max-spread", type=float, default=None,
+                   help="the card's N50 interval target (default: its own, 1.3)")
+    p.add_argument("--futility", action="store_true",
+                   help="the search's futility stop (card_search.futile)")
     args = p.parse_args(argv)
     truth = parse_truth(p, args.truth)
     if args.max_batches is not None and not 1 <= args.max_batches <= 99:
@@ -301,7 +313,8 @@ def main(argv=None) -> int:
     t0 = time.time()
     rows = run_cards(args.cards, args.seed, args.fit_only, args.jobs, args.work_budget,
                      progress=Progress(), seed_share=args.seed_share, shared=args.shared_seeds,
-                     truth=truth, max_batches=args.max_batches)
+                     truth=truth, max_batches=args.max_batches, max_spread=args.max_spread,
+                     futility=args.futility)
     wall = time.time() - t0
     what = "fixed design (4 cells x 2 runs), runfit.fit_runs" if args.fit_only \
         else "card_search.measure, seeds 0,1"
@@ -310,6 +323,10 @@ def main(argv=None) -> int:
                  f"failure rate {truth[3]:g}")
     if args.max_batches is not None:
         what += f"; at most {args.max_batches} batches"
+    if args.max_spread is not None:
+        what += f"; target {args.max_spread:g}"
+    if args.futility:
+        what += "; futility stop"
     if args.seed_share:
         what += (f"; {args.seed_share:g} of the run variance a seed's, "
                  + ("shared by every cell's j-th batch" if args.shared_seeds

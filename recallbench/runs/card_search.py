@@ -17,7 +17,8 @@ not candidates): bracket, then replicate near N50.
 It stops when the card is measured, when the next batch's predicted work exceeds the work
 budget left (the first batch: refused), after ``max_batches``, when every run of a batch
 failed, when N50 lies below N_f = 2 (its median run under q = 1/2 after
-:data:`FLOOR_BATCHES` batches there), or at the wall ``time_limit_s`` (the batch in training
+:data:`FLOOR_BATCHES` batches there), with ``futility`` when the interval target is out of
+the budget's reach (:func:`futile`), or at the wall ``time_limit_s`` (the batch in training
 not stored; the same command resumes from the store).  The budget counts tokens trained,
 so a verdict does not depend on the machine, and a rerun replays the same cells.
 """
@@ -58,6 +59,8 @@ FIRST_Q, ABOVE_Q, BELOW_Q = 0.7, 0.35, 0.65
 #: batches at N_f = 2 whose median run must stay under q = 1/2 before N50 is said to lie below
 FLOOR_BATCHES = 3
 Q_RANGE = (0.1, 0.9)
+#: with ``futility``, the share of the work budget spent before a card may stop as futile
+FUTILITY_AFTER = 0.25
 
 
 @dataclasses.dataclass
@@ -179,7 +182,7 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
             max_batches: int = MAX_BATCHES, say: Callable[[str], None] = print,
             time_limit_s: float | None = None, clock: Callable[[], float] = time.monotonic,
             max_step: float | None = None, cut: bool = False, widen: bool = False,
-            max_spread: float | None = None) -> Result:
+            max_spread: float | None = None, futility: bool = False) -> Result:
     """Run the search (module doc); ``work_budget`` in millions of tokens.  ``run_cell(configs)
     -> records`` trains one batch (the caller stores them); ``done``: records by config hash,
     reused; ``run_cell=None`` replays over ``done`` alone.  ``cut``: ``run_cell(configs,
@@ -189,7 +192,8 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
     failed: ``failed``.  When most runs choose the grid's largest (or smallest) learning
     rate (``card_lr.lr_edge``) it says so, and with ``widen`` the later batches search one
     more rate beyond that edge (``card_lr.wider_grid``), once per side.  ``max_spread``: the
-    card's N50 interval target (``run_card.build_run_card``; None: 1.3)."""
+    card's N50 interval target (``run_card.build_run_card``; None: 1.3); ``futility``: stop
+    early as a bound when the target is out of the budget's reach (:func:`futile`)."""
     run_card.check_spread(max_spread)  # before anything trains
     d, vocab = int(base["model"]["d_model"]), int(base["task"]["vocab_size"])
     top = vocab // 2 - 1
@@ -276,15 +280,35 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
                 base = {**base, "train": train}
         if card["status"] == "measured":
             return stop("measured")
+        spent_now = spent + sum(run_card.work_tokens(r) for r in new if r.get("status") == "ok")
+        if futility and futile(card, spent_now, budget):
+            return stop(futile(card, spent_now, budget))
         if not any(r.get("status") == "ok" for r in new):
             return stop("every run of N_f = {} failed: {}".format(
                 nf, next((str(r.get("error")) for r in new if r.get("error")), "see the store")),
                 failed=True)
-        nf, why = _next(card, step, top, cost, len(seeds), budget - spent
-                        - sum(run_card.work_tokens(r) for r in new if r.get("status") == "ok"))
+        nf, why = _next(card, step, top, cost, len(seeds), budget - spent_now)
         if nf is None:
             return stop(why)
     return stop(f"{max_batches} batches")
+
+
+def futile(card: Mapping, spent: float, budget: float) -> str | None:
+    """Why a bracketed, unmeasured card cannot reach its interval target within the work
+    budget, or None: once :data:`FUTILITY_AFTER` of it is spent (tokens), the target is out of
+    reach when spent·(ln spread / ln target)² exceeds the budget, the log-width of the interval
+    shrinking as 1/√work (the rate of a fixed design; a search that places its batches well
+    narrows it faster, so the projection errs towards going on)."""
+    crit = card.get("criteria") or {}
+    sp, target = crit.get("spread"), crit.get("max_spread")
+    if (card.get("status") == "measured" or not crit.get("bracketed") or not sp or not target
+            or spent < FUTILITY_AFTER * budget):
+        return None
+    need = spent * (math.log(sp) / math.log(target)) ** 2
+    return None if need <= budget else (
+        f"futility: its N50 interval spans a factor {sp:.3g}; narrowing as 1/√work it would "
+        f"reach {target:g} after about {need / 1e6:.0f} Mtok, past the work budget of "
+        f"{budget / 1e6:g} ({spent / 1e6:.0f} spent)")
 
 
 def _next(card, step, top, cost, runs, left) -> tuple[int | None, str]:
@@ -333,14 +357,15 @@ def _progress(card: Mapping, nf: int, trained: bool, spent: float, budget: float
 
 def replay(base: Mapping[str, Any], records, *, seeds: Sequence[int],
            work_budget: float = DEFAULT_WORK_MTOK, max_batches: int = MAX_BATCHES,
-           max_step: float | None = None, max_spread: float | None = None) -> Result:
+           max_step: float | None = None, max_spread: float | None = None,
+           futility: bool = False) -> Result:
     """The search over ``records`` alone, training nothing (the same cells as the run that
     made them, the search being a function of its records)."""
     done = {r["config_hash"]: r for r in records
             if r.get("status") == "ok" and r.get("config_hash")}
     return measure(base, seeds=seeds, work_budget=work_budget, run_cell=None, done=done,
                    max_batches=max_batches, say=lambda _: None, max_step=max_step,
-                   max_spread=max_spread)
+                   max_spread=max_spread, futility=futility)
 
 
 def run(base: Mapping[str, Any], *, seeds: Sequence[int], store, workers: int = 1,
