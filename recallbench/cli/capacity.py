@@ -348,7 +348,8 @@ def _measure_v2(args, base, seeds, store, workers, out, ex=None) -> int:
                              max_spread=args.max_spread,
                              time_limit_s=args.time_budget and args.time_budget * 60)
     return _ending(result, out, store, lambda card: "\n".join(
-        [headline(card), cite(card, _version()), *_placed(card, base["train"])]))
+        [headline(card), cite(card, _version()), *_placed(card, base["train"])]
+        + ([] if card["status"] == "measured" else [f"the search stopped: {card['stopped']}"])))
 
 
 def _placed(card, train) -> list[str]:
