@@ -281,8 +281,9 @@ def measure(base: Mapping[str, Any], *, seeds: Sequence[int] = (0, 1),
         if card["status"] == "measured":
             return stop("measured")
         spent_now = spent + sum(run_card.work_tokens(r) for r in new if r.get("status") == "ok")
-        if futility and futile(card, spent_now, budget):
-            return stop(futile(card, spent_now, budget))
+        futile_why = futile(card, spent_now, budget) if futility else None
+        if futile_why:
+            return stop(futile_why)
         if not any(r.get("status") == "ok" for r in new):
             return stop("every run of N_f = {} failed: {}".format(
                 nf, next((str(r.get("error")) for r in new if r.get("error")), "see the store")),
@@ -297,8 +298,9 @@ def futile(card: Mapping, spent: float, budget: float) -> str | None:
     """Why a bracketed, unmeasured card cannot reach its interval target within the work
     budget, or None: once :data:`FUTILITY_AFTER` of it is spent (tokens), the target is out of
     reach when spent·(ln spread / ln target)² exceeds the budget, the log-width of the interval
-    shrinking as 1/√work (the rate of a fixed design; a search that places its batches well
-    narrows it faster, so the projection errs towards going on)."""
+    shrinking as 1/√work (a fixed design's rate; trained cards narrowed faster, so it errs
+    towards stopping).  Studied in simulation and not used by the commands or suites: it
+    drops the cards that narrow late (docs/results/capacity)."""
     crit = card.get("criteria") or {}
     sp, target = crit.get("spread"), crit.get("max_spread")
     if (card.get("status") == "measured" or not crit.get("bracketed") or not sp or not target
