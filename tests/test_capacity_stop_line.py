@@ -11,9 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import synthetic_cards as synth  # noqa: E402
 
 from recallbench.runs import card_search  # noqa: E402
-
-NOISY = synth.Truth(n50=12.0, slope=0.7, tau=0.5, failure_rate=0.0)
-QUIET = synth.Truth(n50=12.0, slope=1.6, tau=0.1, failure_rate=0.0)
+from test_futility import NOISY, QUIET  # noqa: E402
 
 
 @pytest.mark.parametrize("truth, budget, said", [

@@ -14,10 +14,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import synthetic_cards as synth  # noqa: E402
 
 from recallbench.runs import card_search  # noqa: E402
-
-BASE = {"task": {"name": "mqar", "vocab_size": 512},
-        "model": {"adapter": "linear-mamba", "d_model": 32, "d_state": 8},
-        "train": {**card_search.TRAIN, "lr": [0.003, 0.01, 0.03], "batch_size": 32}}
+from test_spread_target import BASE  # noqa: E402
 #: a shallow, noisy layer (Mamba-2's corner) whose 1.3 interval a 200-Mtok budget cannot buy
 NOISY = synth.Truth(n50=12.0, slope=0.7, tau=0.5, failure_rate=0.0)
 QUIET = synth.Truth(n50=12.0, slope=1.6, tau=0.1, failure_rate=0.0)
