@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ import torch
 import yaml
 
 from recallbench.api.config import resolve
+from recallbench.api.record import cpu_info
 from recallbench.leaderboard.capacity import method2
 from recallbench.leaderboard.points import point_records
 
@@ -50,10 +50,16 @@ def board_runs(folder: Path, only=None) -> dict[str, list[dict]]:
     return out
 
 
+def candidate_steps(r: dict) -> list[int]:
+    """Optimizer steps of each learning-rate candidate of the run (the run's own without a
+    search), as ``run_card.work_tokens`` counts them."""
+    return [int(e.get("steps") or 0)
+            for e in r.get("lr_search") or [{"steps": r.get("steps") or 0}]]
+
+
 def run_steps(r: dict) -> int:
     """Optimizer steps the run trained, over every learning-rate candidate."""
-    search = r.get("lr_search") or [{"steps": r.get("steps") or 0}]
-    return sum(int(e.get("steps") or 0) for e in search)
+    return sum(candidate_steps(r))
 
 
 def price_key(r: dict) -> str:
@@ -109,20 +115,9 @@ def measure(config: dict, steps: int) -> tuple[float, float]:
 def run_price(r: dict, per_step: float, per_val: float) -> float:
     """CPU seconds of the run at this machine's step and validation costs."""
     train = r["config"]["train"]
-    search = r.get("lr_search") or [{"steps": r.get("steps") or 0}]
-    vals = sum(int(e.get("steps") or 0) // int(train.get("val_every") or 50) for e in search)
+    vals = sum(n // int(train.get("val_every") or 50) for n in candidate_steps(r))
     test = int(train.get("test_size") or 0) / max(int(train.get("val_size") or 1), 1)
     return run_steps(r) * per_step + (vals + test) * per_val
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def main(argv=None) -> int:
@@ -138,7 +133,7 @@ def main(argv=None) -> int:
     cache: dict[str, tuple[float, float] | str] = {}
     keys = {price_key(r) for runs in boards.values() for rs in runs.values() for r in rs
             if run_steps(r)}
-    print(f"pricing {len(keys)} configs on {cpu_name()}, 1 thread, {args.steps} steps each",
+    print(f"pricing {len(keys)} configs on {cpu_info()['model']}, 1 thread, {args.steps} steps each",
           file=sys.stderr, flush=True)
     totals: dict[str, dict[str, tuple[float, float]]] = {}
     for name, runs in boards.items():

@@ -129,7 +129,9 @@ def search_card(truth, rng, work_budget=None, shared=False, max_batches=None,
                 extra=None) -> dict:
     from recallbench.runs import card_search
     run_cell = synth.runner(truth, rng, shared)
-    kw = dict(extra or {}) if work_budget is None else {**(extra or {}), "work_budget": work_budget}
+    kw = dict(extra or {})
+    if work_budget is not None:
+        kw["work_budget"] = work_budget
     if max_batches is not None:
         kw["max_batches"] = max_batches
     res = card_search.measure(BASE, seeds=SEEDS, run_cell=run_cell, say=lambda s: None, **kw)
